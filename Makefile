@@ -1,0 +1,12 @@
+# The two commands of the README. Each installs what it needs (scripts/setup.sh) first.
+CORES ?= all
+.PHONY: run test setup
+
+run: setup
+	.venv/bin/snakemake --cores $(CORES)
+
+test: setup
+	.venv/bin/python -m pytest
+
+setup:
+	@bash scripts/setup.sh

@@ -1,0 +1,140 @@
+"""Entry points the workflow's rules call (`python -m icl <step> ...`); usable by hand too.
+
+Each step reads plain files and writes plain files, so it can be run and tested without
+Snakemake. `plan.json` (written by `plan`) carries the validated experiment and every run spec.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def _read_plan(path: str) -> dict:
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, json.JSONDecodeError) as e:
+        sys.exit(f"error: plan file {path} is unreadable ({e}); delete it and rerun snakemake")
+
+
+def cmd_check(args) -> None:
+    from icl.config import load
+    cfg = load(args.config)
+    from icl.plan import plan
+    for name in cfg["experiments"]:
+        runs = plan(cfg, name)
+        print(f"{name}: {len(runs)} runs in {len({r.shard for r in runs})} shards")
+
+
+def cmd_plan(args) -> None:
+    from icl.plan import plan, stable_hash
+    from icl.tables import runs_table, write_parquet
+    cfg = json.loads(args.spec)
+    runs = plan(cfg, args.experiment)
+    recs = [{"run_id": r.run_id, "data_id": r.data_id, "shard": r.shard, "spec": r.spec} for r in runs]
+    chash = stable_hash(cfg["experiments"][args.experiment])
+    write_parquet(runs_table(recs, args.experiment, chash), args.runs)
+    tmp = args.plan + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump({"experiment": args.experiment, "config": cfg["experiments"][args.experiment],
+                   "settings": {k: v for k, v in cfg.items() if k != "experiments"},
+                   "config_hash": chash, "runs": recs}, fh, indent=1)
+    os.replace(tmp, args.plan)
+    print(f"{args.experiment}: {len(runs)} runs in {len({r.shard for r in runs})} shards", file=sys.stderr)
+
+
+def cmd_prompts(args) -> None:
+    from icl.data import write_dataset
+    from icl.plan import data_spec
+    pl = _read_plan(args.plan)
+    run = next((r for r in pl["runs"] if r["data_id"] == args.data_id), None)
+    if run is None:
+        sys.exit(f"error: no run in {args.plan} uses data id {args.data_id}")
+    t = time.time()
+    write_dataset(data_spec(run["spec"]), args.out)
+    print(f"wrote {args.out} in {time.time() - t:.2f}s", file=sys.stderr)
+
+
+def cmd_train(args) -> None:
+    from icl.train import train_shard
+    pl = _read_plan(args.plan)
+    runs = [r for r in pl["runs"] if r["shard"] == args.shard]
+    if not runs:
+        sys.exit(f"error: shard {args.shard} is not in {args.plan}; rerun snakemake to refresh the plan")
+    paths = {r["data_id"]: os.path.join(args.prompts_dir, f"{r['data_id']}.npz") for r in runs}
+    device = args.device or pl["settings"].get("device", "auto")
+    train_shard(runs, paths, args.out, device=device, threads=args.threads, label=args.shard)
+
+
+def cmd_tables(args) -> None:
+    from icl.tables import aggregate
+    t = time.time()
+    tables = aggregate(args.runs, args.shards, args.outdir)
+    print(f"tables: {len(tables['summary'])} runs in {time.time() - t:.2f}s", file=sys.stderr)
+
+
+def cmd_report(args) -> None:
+    from icl.report import render
+    pl = _read_plan(args.plan)
+    render(pl["experiment"], pl["config"], args.results, args.out)
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+def cmd_index(args) -> None:
+    from icl.report import render_index
+    render_index(json.loads(args.experiments), args.out)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="icl", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("check", help="validate a config file and print how many runs and shards it plans")
+    s.add_argument("config")
+    s.set_defaults(fn=cmd_check)
+    s = sub.add_parser("plan", help="expand an experiment into runs.parquet and plan.json")
+    s.add_argument("--experiment", required=True)
+    s.add_argument("--spec", required=True, help="the validated config as JSON")
+    s.add_argument("--runs", required=True)
+    s.add_argument("--plan", required=True)
+    s.set_defaults(fn=cmd_plan)
+    s = sub.add_parser("prompts", help="write one prompt dataset")
+    s.add_argument("--plan", required=True)
+    s.add_argument("--data-id", required=True)
+    s.add_argument("--out", required=True)
+    s.set_defaults(fn=cmd_prompts)
+    s = sub.add_parser("train", help="train one shard as a vectorized ensemble")
+    s.add_argument("--plan", required=True)
+    s.add_argument("--shard", required=True)
+    s.add_argument("--prompts-dir", required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--threads", type=int, default=None)
+    s.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None)
+    s.set_defaults(fn=cmd_train)
+    s = sub.add_parser("tables", help="aggregate shard results into parquet tables")
+    s.add_argument("--runs", required=True)
+    s.add_argument("--outdir", required=True)
+    s.add_argument("shards", nargs="+")
+    s.set_defaults(fn=cmd_tables)
+    s = sub.add_parser("report", help="render reports/<experiment>.html")
+    s.add_argument("--plan", required=True)
+    s.add_argument("--results", required=True)
+    s.add_argument("--out", required=True)
+    s.set_defaults(fn=cmd_report)
+    s = sub.add_parser("index", help="render reports/index.html")
+    s.add_argument("--experiments", required=True, help="JSON mapping name -> experiment")
+    s.add_argument("--out", required=True)
+    s.set_defaults(fn=cmd_index)
+    args = p.parse_args(argv)
+    from icl.config import ConfigError
+    try:
+        args.fn(args)
+    except (ConfigError, RuntimeError) as e:
+        sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""Load and validate config.yaml: the JSON schema first, then the checks a schema cannot express.
+
+Every problem becomes a ConfigError whose message is one line naming the key and what is
+allowed, so that the workflow stops before any job with something a person can act on.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+SCHEMA = yaml.safe_load((Path(__file__).parent / "schema" / "config.schema.yaml").read_text())
+
+
+class ConfigError(ValueError):
+    """A setting in the config is wrong; the message names it."""
+
+
+def _path(parts) -> str:
+    return ".".join(str(p) for p in parts) or "<top level>"
+
+
+def _describe(err: jsonschema.ValidationError) -> str:
+    """One line for one schema violation: where, what is wrong, what is allowed."""
+    where = _path(err.absolute_path)
+    v, s, inst = err.validator, err.schema, err.instance
+    hint = s.get("description") if isinstance(s, dict) else None
+    if v == "additionalProperties":
+        allowed = sorted(k for k in s.get("properties", {}))
+        extra = sorted(set(inst) - set(allowed)) if isinstance(inst, dict) else []
+        if err.absolute_path and err.absolute_path[-1] == "experiments" or not allowed:
+            return f"{where}: {err.message}"
+        return f"{where}: unknown key {', '.join(repr(e) for e in extra)}; allowed keys: {', '.join(allowed)}"
+    if v == "required":
+        return f"{where}: {err.message}"
+    if v == "enum":
+        return f"{where}: {inst!r} is not allowed; allowed: {', '.join(map(str, s['enum']))}"
+    if v == "type":
+        return f"{where}: {inst!r} has the wrong type; expected {s['type']}" + (f" ({hint})" if hint else "")
+    if v in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+        op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[v]
+        return f"{where}: {inst!r} is out of range; must be {op} {s[v]}" + (f" ({hint})" if hint else "")
+    if v in ("minItems", "minProperties"):
+        return f"{where}: must not be empty" + (f" ({hint})" if hint else "")
+    if v == "pattern" or v == "propertyNames":
+        bad = inst if v == "pattern" else err.message
+        return f"{where}: {bad!r} is not allowed" + (f"; {hint}" if hint else f"; must match {s.get('pattern')}")
+    if v == "anyOf":
+        return f"{where}: {inst!r} is not allowed" + (f"; {hint}" if hint else "")
+    return f"{where}: {err.message}" + (f" ({hint})" if hint else "")
+
+
+def _schema_errors(cfg: dict) -> None:
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    errors = list(validator.iter_errors(cfg))
+    if not errors:
+        return
+    # propertyNames errors carry the parent path; name the offending key itself.
+    err = min(errors, key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path)))
+    err = jsonschema.exceptions.best_match([err])
+    if err.validator == "propertyNames" and err.context:
+        sub = err.context[0]
+        hint = sub.schema.get("description", f"must match {sub.schema.get('pattern')}")
+        raise ConfigError(f"{_path(err.absolute_path)}: key {sub.instance!r} is not allowed; {hint}")
+    raise ConfigError(_describe(err))
+
+
+def _fill_defaults(node: Any, schema: dict) -> Any:
+    """Apply the schema's `default`s (also inside if/then branches) so every run spec is complete."""
+    if "$ref" in schema:
+        schema = SCHEMA["$defs"][schema["$ref"].split("/")[-1]]
+    if isinstance(node, dict):
+        branches = [schema]
+        for sub in schema.get("allOf", []):
+            cond = sub.get("if", {}).get("properties", {})
+            if all(node.get(k) == c.get("const") for k, c in cond.items()):
+                branches.append(sub.get("then", {}))
+        for br in branches:
+            for key, sub in br.get("properties", {}).items():
+                if not isinstance(sub, dict):
+                    continue
+                if key not in node and "default" in sub:
+                    node[key] = copy.deepcopy(sub["default"])
+                if key in node:
+                    node[key] = _fill_defaults(node[key], sub)
+            extra = br.get("additionalProperties")
+            if isinstance(extra, dict):
+                for key in node:
+                    if key not in br.get("properties", {}):
+                        node[key] = _fill_defaults(node[key], extra)
+    elif isinstance(node, list) and isinstance(schema.get("items"), dict):
+        node = [_fill_defaults(x, schema["items"]) for x in node]
+    return node
+
+
+def _check_experiment(name: str, exp: dict) -> None:
+    """Checks that need more than one field at a time."""
+    where = f"experiments.{name}"
+    tok = exp["tokens"]
+    if tok["kind"] == "discrete":
+        if tok.get("features", "orthogonal") == "orthogonal" and tok["K"] > tok["d"]:
+            raise ConfigError(
+                f"{where}.tokens.K: K={tok['K']} orthogonal features do not fit in d={tok['d']} dimensions; "
+                "allowed: K <= d, or set tokens.features: random")
+        probs = tok.get("probs")
+        if probs is not None:
+            if len(probs) != tok["K"]:
+                raise ConfigError(f"{where}.tokens.probs: has {len(probs)} entries; must have K={tok['K']}")
+            if not math.isclose(sum(probs), 1.0, abs_tol=1e-6):
+                raise ConfigError(f"{where}.tokens.probs: sums to {sum(probs):.6g}; must sum to 1")
+    if tok["kind"] == "gaussian" and isinstance(tok.get("covariance"), list):
+        if len(tok["covariance"]) != tok["d"]:
+            raise ConfigError(f"{where}.tokens.covariance: has {len(tok['covariance'])} eigenvalues; must have d={tok['d']}")
+    names = [m["name"] for m in exp["models"]]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ConfigError(f"{where}.models: duplicate model name {dup[0]!r}; each model needs its own name")
+    tr = exp["train"]
+    if tr["log_every"] > tr["epochs"]:
+        raise ConfigError(f"{where}.train.log_every: {tr['log_every']} is larger than epochs={tr['epochs']}")
+    if tr.get("batch_size", 0) > exp["prompts"]["train"]:
+        raise ConfigError(f"{where}.train.batch_size: {tr['batch_size']} is larger than prompts.train={exp['prompts']['train']}")
+
+
+def _sweep_values_ok(name: str, exp: dict) -> None:
+    """Each sweep key must name an existing setting, and each value must be valid there."""
+    from icl.plan import apply_override  # local: plan imports config
+
+    for key, values in (exp.get("sweep") or {}).items():
+        for value in values:
+            trial = copy.deepcopy(exp)
+            trial.pop("sweep", None)
+            try:
+                apply_override(trial, key, value)
+            except KeyError as e:
+                raise ConfigError(f"experiments.{name}.sweep.{key}: {e.args[0]}") from None
+            try:
+                _schema_errors({"experiments": {name: trial}})
+            except ConfigError as e:
+                raise ConfigError(f"experiments.{name}.sweep.{key}: value {value!r} is invalid: {e}") from None
+            _check_experiment(name, _fill_defaults({"experiments": {name: trial}}, SCHEMA)["experiments"][name])
+
+
+def validate(raw: dict) -> dict:
+    """Return the config with defaults filled in, or raise ConfigError."""
+    if not isinstance(raw, dict):
+        raise ConfigError("<top level>: the config must be a mapping with an 'experiments' key")
+    cfg = copy.deepcopy(raw)
+    _schema_errors(cfg)
+    cfg = _fill_defaults(cfg, SCHEMA)
+    for name, exp in cfg["experiments"].items():
+        _check_experiment(name, exp)
+        _sweep_values_ok(name, exp)
+    return cfg
+
+
+def load(path: str) -> dict:
+    """Read a YAML file and validate it."""
+    try:
+        with open(path) as fh:
+            raw = yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path!r} not found") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {path!r} is not valid YAML: {str(e).splitlines()[0]}") from None
+    return validate(raw)

@@ -1,0 +1,102 @@
+"""Prompt datasets: tokens x_i, labels y_i = f(x_i), a query, for the train and test splits.
+
+Deterministic from (data spec, seed): numpy's PCG64 seeded by a SeedSequence of the seed and a
+stream number, so the train split, the test split and the feature set draw from separate streams
+and the test prompts carry task functions never seen in training.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+STREAM_FEATURES, STREAM_TRAIN, STREAM_TEST = 0, 1, 2
+
+
+def rng(seed: int, stream: int) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, stream])))
+
+
+def features(tokens: dict, seed: int) -> np.ndarray:
+    """K feature vectors in R^d with pairwise distance delta (orthogonal) or min distance delta (random)."""
+    K, d, delta = tokens["K"], tokens["d"], tokens["delta"]
+    if tokens.get("features", "orthogonal") == "orthogonal":
+        return delta / np.sqrt(2.0) * np.eye(K, d)
+    v = rng(seed, STREAM_FEATURES).standard_normal((K, d))
+    dist = np.linalg.norm(v[:, None] - v[None], axis=-1)
+    return v * (delta / dist[~np.eye(K, dtype=bool)].min())
+
+
+def sample_tokens(tokens: dict, feats, n_prompts: int, n_tok: int, g: np.random.Generator):
+    """Returns x (P, T, d) and the feature index of each token (P, T), -1 for continuous tokens."""
+    d = tokens["d"]
+    if tokens["kind"] == "discrete":
+        K = tokens["K"]
+        probs = np.asarray(tokens.get("probs") or np.full(K, 1.0 / K))
+        idx = g.choice(K, size=(n_prompts, n_tok), p=probs / probs.sum())
+        x = feats[idx]
+        if tokens.get("noise", 0.0) > 0:
+            x = x + tokens["noise"] * g.standard_normal(x.shape)
+        return x, idx
+    cov = tokens.get("covariance", "identity")
+    scale = np.ones(d) if cov == "identity" else np.sqrt(np.asarray(cov, dtype=float))
+    x = g.standard_normal((n_prompts, n_tok, d)) * scale
+    return x, np.full((n_prompts, n_tok), -1)
+
+
+def sample_labels(task: dict, x: np.ndarray, g: np.random.Generator) -> np.ndarray:
+    """y = f(x) with a fresh task function per prompt (first axis of x)."""
+    P, _, d = x.shape
+    kind = task["kind"]
+    if kind == "cosine":
+        L, c = task["L"], task["c"]
+        w = g.standard_normal((P, d))
+        w /= np.linalg.norm(w, axis=1, keepdims=True)
+        phi = g.uniform(0.0, 2 * np.pi, size=(P, 1))
+        return (L / c) * np.cos(c * np.einsum("ptd,pd->pt", x, w) + phi)
+    if kind == "polynomial":
+        s = task["L"] / d
+        A = s * g.standard_normal((P, d, d))
+        b = s * g.standard_normal((P, d))
+        return np.einsum("pti,pij,ptj->pt", x, A, x) + np.einsum("ptd,pd->pt", x, b)
+    if kind == "linear":
+        w = g.standard_normal((P, d))
+        return np.einsum("ptd,pd->pt", x, w)
+    raise ValueError(f"task.kind: unknown {kind!r}")
+
+
+def make_split(spec: dict, feats, n_prompts: int, stream: int) -> dict:
+    g = rng(spec["seed"], stream)
+    n_tok = spec["prompts"]["N"] + 1                       # N context tokens + the query (last)
+    x, idx = sample_tokens(spec["tokens"], feats, n_prompts, n_tok, g)
+    y = sample_labels(spec["task"], x, g)
+    return {"x": x.astype(np.float32), "y": y.astype(np.float32), "feat": idx.astype(np.int16)}
+
+
+def make_dataset(spec: dict) -> dict:
+    """All arrays of one dataset: features, train and test splits."""
+    tok = spec["tokens"]
+    feats = features(tok, spec["seed"]) if tok["kind"] == "discrete" else np.zeros((0, tok["d"]))
+    tr = make_split(spec, feats, spec["prompts"]["train"], STREAM_TRAIN)
+    te = make_split(spec, feats, spec["prompts"]["test"], STREAM_TEST)
+    out = {"features": feats.astype(np.float32)}
+    out.update({f"train_{k}": v for k, v in tr.items()})
+    out.update({f"test_{k}": v for k, v in te.items()})
+    return out
+
+
+def write_dataset(spec: dict, path: str) -> None:
+    """Write atomically: a half-written file never carries the final name."""
+    arrays = make_dataset(spec)
+    tmp = f"{path}.tmp.npz"
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+def read_dataset(path: str) -> dict:
+    try:
+        with np.load(path) as z:
+            return {k: z[k] for k in z.files}
+    except Exception as e:  # zipfile/ValueError/EOFError: all mean the same thing to the user
+        raise RuntimeError(f"prompt file {path} is unreadable ({type(e).__name__}: {e}); "
+                           "delete it and rerun to regenerate it") from None

@@ -1,0 +1,144 @@
+"""Expand an experiment's sweep into runs, and group runs of identical tensor shapes into shards.
+
+A pure function of the config: the Snakefile calls it at parse time, so shards are known when
+the DAG is built. Ids are hashes of canonical JSON, so they do not change between invocations.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+
+from icl.config import ConfigError
+
+
+def stable_hash(obj, n: int = 12) -> str:
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:n]
+
+
+def apply_override(exp: dict, key: str, value) -> None:
+    """Set a dotted key in an experiment; `models.<name>.<field>` addresses a model by name."""
+    parts = key.split(".")
+    if parts == ["seed"]:
+        exp["seed"] = value
+        return
+    if parts[0] == "models":
+        if len(parts) != 3:
+            raise KeyError(f"model keys look like models.<name>.<field>, got {key!r}")
+        match = [m for m in exp["models"] if m["name"] == parts[1]]
+        if not match:
+            names = ", ".join(m["name"] for m in exp["models"])
+            raise KeyError(f"no model named {parts[1]!r}; models: {names}")
+        node, leaf = match[0], parts[2]
+    else:
+        node = exp
+        for p in parts[:-1]:
+            if not isinstance(node, dict) or p not in node:
+                raise KeyError(f"unknown key {key!r}: {p!r} is not a section of the experiment")
+            node = node[p]
+        leaf = parts[-1]
+    if not isinstance(node, dict):
+        raise KeyError(f"unknown key {key!r}")
+    if leaf not in node:
+        known = ", ".join(sorted(node))
+        raise KeyError(f"unknown key {key!r}: {leaf!r} is not set in that section (it has: {known})")
+    node[leaf] = value
+
+
+@dataclass
+class Run:
+    run_id: str
+    data_id: str
+    shard: str = ""
+    spec: dict = field(default_factory=dict)   # tokens, task, prompts, model, train, seed
+
+    @property
+    def data_spec(self) -> dict:
+        return data_spec(self.spec)
+
+
+def data_spec(spec: dict) -> dict:
+    """What a prompt file depends on: models trained on the same data share it."""
+    return {k: spec[k] for k in ("tokens", "task", "prompts", "seed")}
+
+
+def shape_key(spec: dict) -> dict:
+    """Runs that agree on this have identical tensor shapes and one optimizer: one ensemble."""
+    model = {k: v for k, v in spec["model"].items() if k not in ("lr", "name")}
+    tok = spec["tokens"]
+    return {
+        "model": model,
+        "tokens": {"kind": tok["kind"], "d": tok["d"], "K": tok.get("K")},
+        "prompts": spec["prompts"],
+        "train": spec["train"],
+    }
+
+
+def expand(exp: dict) -> list[dict]:
+    """The cartesian product of the sweep, one run spec per (model, sweep point)."""
+    sweep = exp.get("sweep") or {}
+    keys = list(sweep)
+    specs = []
+    for values in itertools.product(*(sweep[k] for k in keys)):
+        point = copy.deepcopy(exp)
+        for k, v in zip(keys, values):
+            apply_override(point, k, v)
+        for model in point["models"]:
+            specs.append({
+                "tokens": point["tokens"], "task": point["task"], "prompts": point["prompts"],
+                "model": model, "train": point["train"], "seed": point["seed"],
+            })
+    return specs
+
+
+def run_bytes(spec: dict) -> int:
+    """Rough peak memory of one run inside an ensemble (data + activations kept for backward)."""
+    p, tok = spec["prompts"], spec["tokens"]
+    n_tok = p["N"] + 1
+    data = 4 * (p["train"] + p["test"]) * n_tok * (tok["d"] + 2)
+    batch = spec["train"].get("batch_size") or p["train"]
+    eval_rows = max(batch, min(p["test"], 4096))
+    if spec["model"]["kind"] == "transformer_block":
+        w = spec["model"]["width"]
+        act = 4 * eval_rows * n_tok * w * 6
+    else:
+        act = 4 * eval_rows * n_tok * 6
+    return data + act
+
+
+def plan(cfg: dict, name: str) -> list[Run]:
+    """Runs of one experiment, each with its shard assigned."""
+    exp = cfg["experiments"][name]
+    budget = cfg["memory_budget_mb"] * 2**20
+    runs: dict[str, Run] = {}
+    for spec in expand(exp):
+        rid = stable_hash(spec)
+        if rid not in runs:  # a sweep that repeats a point trains it once
+            runs[rid] = Run(run_id=rid, data_id=stable_hash(data_spec(spec)), spec=spec)
+    groups: dict[str, list[Run]] = {}
+    for run in runs.values():
+        groups.setdefault(stable_hash(shape_key(run.spec)), []).append(run)
+    for key, members in groups.items():
+        need = run_bytes(members[0].spec)
+        if need > budget:
+            raise ConfigError(
+                f"experiments.{name}: one run needs about {need / 2**20:.0f} MB, more than memory_budget_mb="
+                f"{cfg['memory_budget_mb']}; reduce prompts.N/train/test or model width, or raise memory_budget_mb")
+        size = max(1, min(cfg["shard_size"], budget // need))
+        model = members[0].spec["model"]["kind"]
+        for i in range(0, len(members), size):
+            chunk = members[i:i + size]
+            shard = f"{model}-{stable_hash(sorted(r.run_id for r in chunk), 10)}"
+            for r in chunk:
+                r.shard = shard
+    return list(runs.values())
+
+
+def shards(runs: list[Run]) -> dict[str, list[Run]]:
+    out: dict[str, list[Run]] = {}
+    for r in runs:
+        out.setdefault(r.shard, []).append(r)
+    return out

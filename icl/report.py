@@ -1,0 +1,181 @@
+"""One self-contained HTML report per experiment (figures as inline PNG, CSS inline), and an index.
+
+The figures are the analogues of LDL Fig. 1 (loss for the flat and the sharp set of L, attention
+scores of feature 1) and Fig. 2-3 (K x K attention maps over training), with the spread over
+seeds drawn as a band around the median.
+"""
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import io
+import json
+import os
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+import yaml  # noqa: E402
+from jinja2 import Environment, FileSystemLoader, select_autoescape  # noqa: E402
+
+from icl.provenance import code_version, package_versions  # noqa: E402
+from icl.tables import read_parquet  # noqa: E402
+from icl.theory_ldl import L_star  # noqa: E402
+
+TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
+                        autoescape=select_autoescape(["html", "j2"]))
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _band(ax, df: pd.DataFrame, x: str, y: str, label: str, color, log: bool) -> None:
+    """Median over seeds with a min-max band."""
+    g = df.groupby(x)[y]
+    med, lo, hi = g.median(), g.min(), g.max()
+    ax.plot(med.index, med.values, color=color, label=label, lw=1.6)
+    ax.fill_between(med.index, lo.values, hi.values, color=color, alpha=0.2, lw=0)
+    if log:
+        ax.set_yscale("log")
+
+
+def loss_figure(curves, runs, Ls, title) -> str | None:
+    if not Ls:
+        return None
+    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    pal = sns.color_palette("viridis", len(Ls))
+    for color, L in zip(pal, Ls):
+        ids = runs.loc[runs["L"] == L, "run_id"]
+        df = curves[curves["run_id"].isin(ids) & (curves["metric"] == "train_loss")]
+        df = df[df["value"] > 0]
+        _band(ax, df, "epoch", "value", f"L={L:g}", color, log=True)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("train loss ½E[(ŷ−y)²] (log)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def attention_scores_figure(attn, runs, L, K) -> str:
+    """Attn_1 (own score of v_1) and Attn_{k,1}: mass a query with feature 1 puts on feature k."""
+    ids = runs.loc[runs["L"] == L, "run_id"]
+    df = attn[attn["run_id"].isin(ids) & (attn["query_feature"] == 0)]
+    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    pal = sns.color_palette("tab10", K)
+    for k in range(K):
+        lab = "Attn₁ (own)" if k == 0 else f"Attn_{{{k + 1},1}}"
+        _band(ax, df[df["key_feature"] == k], "epoch", "attn", lab, pal[k], log=False)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("attention score")
+    ax.set_title(f"attention of a v₁ query, L={L:g}")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def attention_maps_figure(attn, runs, L, epochs_all) -> str:
+    ids = runs.loc[runs["L"] == L, "run_id"]
+    df = attn[attn["run_id"].isin(ids)]
+    picks = sorted({epochs_all[int(round(q * (len(epochs_all) - 1)))] for q in (0, 0.1, 0.25, 0.5, 1.0)})
+    fig, axes = plt.subplots(1, len(picks), figsize=(2.3 * len(picks), 2.4))
+    for ax, e in zip(np.atleast_1d(axes), picks):
+        m = df[df["epoch"] == e].groupby(["key_feature", "query_feature"])["attn"].mean().unstack()
+        sns.heatmap(m, ax=ax, vmin=0, vmax=1, cmap="Blues", cbar=False, annot=True, fmt=".2f",
+                    annot_kws={"size": 7}, square=True)
+        ax.set_title(f"epoch {e}", fontsize=9)
+        ax.set_xlabel("query feature j")
+        ax.set_ylabel("key feature i")
+        ax.set_xticklabels([str(int(t.get_text()) + 1) for t in ax.get_xticklabels()])
+        ax.set_yticklabels([str(int(t.get_text()) + 1) for t in ax.get_yticklabels()])
+    fig.suptitle(f"attention maps Attn[i, j], L={L:g} (mean over seeds)", fontsize=10)
+    return _png(fig)
+
+
+def split_L(runs: pd.DataFrame, exp: dict) -> tuple[list, list, float | None, str]:
+    """The flat and the sharp set of L, by the config's report.flat_max_L or the theory's L*."""
+    Ls = sorted(runs["L"].dropna().unique().tolist())
+    tok = exp["tokens"]
+    thr = (exp.get("report") or {}).get("flat_max_L")
+    if thr is not None:
+        how = f"flat set: L ≤ {thr:g} (report.flat_max_L in the config)"
+    elif tok["kind"] == "discrete" and runs["delta"].nunique() == 1 and runs["N"].nunique() == 1:
+        thr = L_star(int(runs["K"].iloc[0]), int(runs["N"].iloc[0]), float(runs["delta"].iloc[0]))
+        how = f"flat set: L ≤ L* = 1/(Δδ) = {thr:.3f}, δ = sqrt(20K/N), unit constant"
+    else:
+        return Ls, [], None, "no single L* for this sweep: all L drawn together"
+    return [L for L in Ls if L <= thr], [L for L in Ls if L > thr], thr, how
+
+
+def model_section(name, runs, tables, exp) -> dict:
+    r = runs[runs["model"] == name]
+    curves = tables["curves"][tables["curves"]["run_id"].isin(r["run_id"])]
+    attn = tables["attention"][tables["attention"]["run_id"].isin(r["run_id"])]
+    flat, sharp, thr, how = split_L(r, exp)
+    figs = []
+    fa = loss_figure(curves, r, flat, "(a) loss, flat set")
+    fb = loss_figure(curves, r, sharp, "(b) loss, sharp set")
+    figs += [f for f in (fa, fb) if f]
+    maps = []
+    if len(attn):
+        K = int(r["K"].iloc[0])
+        epochs_all = sorted(attn["epoch"].unique().tolist())
+        chosen = []
+        if flat:
+            chosen.append(("(c) flat", flat[0]))
+        if sharp:
+            chosen.append(("(d) sharp", min(sharp, key=lambda L: abs(L - 1.0))))
+        for _, L in chosen:
+            figs.append(attention_scores_figure(attn, r, L, K))
+            maps.append(attention_maps_figure(attn, r, L, epochs_all))
+    return {"name": name, "kind": r["model_kind"].iloc[0], "optimizer": r["optimizer"].iloc[0],
+            "split": how, "figures": figs, "maps": maps}
+
+
+def render(experiment: str, exp: dict, results_dir: str, out_path: str) -> None:
+    tabs = {k: read_parquet(os.path.join(results_dir, f"{k}.parquet"))
+            for k in ("runs", "curves", "attention", "summary")}
+    runs = tabs["runs"]
+    with open(os.path.join(results_dir, "shards.json")) as fh:
+        shards = json.load(fh)
+    sections = [model_section(m, runs, tabs, exp) for m in runs["model"].unique()]
+    summ = runs[["run_id", "model", "L", "seed", "lr"]].merge(tabs["summary"], on="run_id")
+    cols = ["model", "L", "seed", "lr", "loss0", "final_train_loss", "final_test_loss", "attn_own_final",
+            "t_rel_1e-1", "t_rel_1e-2", "t_rel_1e-3", "diverged"]
+    summ = summ[cols].sort_values(["model", "L", "seed"])
+    versions = sorted(set(runs["code_version"]) | set(tabs["summary"]["code_version"]))
+    devices = sorted({f"{s['device']} ({s['device_name']}, {s['threads']} threads)" for s in shards})
+    html = TEMPLATES.get_template("report.html.j2").render(
+        experiment=experiment, description=exp.get("description", ""), sections=sections,
+        task_kind=exp["task"]["kind"],
+        summary=summ.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="—", classes="tbl"),
+        diverged=summ[summ["diverged"]].to_dict("records"),
+        n_runs=len(runs), n_shards=len(shards),
+        train_seconds=sum(s["seconds"] for s in shards), devices=devices,
+        config=yaml.safe_dump({experiment: exp}, sort_keys=False), versions=versions,
+        report_version=code_version(), packages=package_versions(),
+        generated=dt.datetime.now().isoformat(timespec="seconds"))
+    _write(out_path, html)
+
+
+def render_index(experiments: dict, out_path: str) -> None:
+    html = TEMPLATES.get_template("index.html.j2").render(
+        experiments=[{"name": n, "description": e.get("description", "")} for n, e in experiments.items()],
+        version=code_version(), generated=dt.datetime.now().isoformat(timespec="seconds"))
+    _write(out_path, html)
+
+
+def _write(path: str, text: str) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)

@@ -1,0 +1,139 @@
+"""Long-format parquet tables (DESIGN §5) from the plan and the shards' logged arrays.
+
+Every table is written to a temporary name and renamed, so a reader never sees half a file.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+
+from icl.provenance import code_version
+
+REL_THRESHOLDS = (1e-1, 1e-2, 1e-3)
+
+
+def write_parquet(df: pd.DataFrame, path: str) -> None:
+    tmp = path + ".tmp"
+    df.to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+
+
+def read_parquet(path: str) -> pd.DataFrame:
+    try:
+        return pd.read_parquet(path)
+    except Exception as e:
+        raise RuntimeError(f"table {path} is unreadable ({type(e).__name__}: {e}); delete it and rerun "
+                           "snakemake to rebuild it") from None
+
+
+def run_row(run: dict) -> dict:
+    """One row of runs.parquet: every parameter of the run by its leaf name."""
+    s = run["spec"]
+    tok, task, pr, model, tr = s["tokens"], s["task"], s["prompts"], s["model"], s["train"]
+    row = {
+        "run_id": run["run_id"], "shard": run["shard"], "data_id": run["data_id"],
+        "model": model["name"], "model_kind": model["kind"], "optimizer": model["optimizer"],
+        "lr": float(model["lr"]), "width": model.get("width"), "seed": int(s["seed"]),
+        "token_kind": tok["kind"], "d": tok["d"], "K": tok.get("K"), "delta": tok.get("delta"),
+        "noise": tok.get("noise"), "features": tok.get("features"),
+        "probs": json.dumps(tok["probs"]) if tok.get("probs") is not None else None,
+        "covariance": json.dumps(tok["covariance"]) if "covariance" in tok else None,
+        "task_kind": task["kind"], "L": task.get("L"), "c": task.get("c"),
+        "N": pr["N"], "M": pr["train"], "n_test": pr["test"],
+        "epochs": tr["epochs"], "log_every": tr["log_every"], "batch_size": tr.get("batch_size"),
+    }
+    return row
+
+
+def runs_table(runs: list[dict], experiment: str, config_hash: str) -> pd.DataFrame:
+    df = pd.DataFrame([run_row(r) for r in runs])
+    for col, dtype in {"width": "Int64", "K": "Int64", "batch_size": "Int64",
+                       "delta": "Float64", "noise": "Float64", "L": "Float64", "c": "Float64"}.items():
+        df[col] = df[col].astype(dtype)
+    df.insert(1, "experiment", experiment)
+    df["config_hash"] = config_hash
+    df["code_version"] = code_version()
+    return df
+
+
+def first_epoch_below(ratio: np.ndarray, epochs: np.ndarray, x: float) -> pd.array:
+    """t_rel_x: first logged epoch with train_loss / loss0 <= x, per run (null if never)."""
+    hit = np.nan_to_num(ratio, nan=np.inf) <= x
+    first = np.where(hit.any(1), epochs[hit.argmax(1)], -1)
+    return pd.array(np.where(first >= 0, first, None), dtype="Int64")
+
+
+def shard_tables(sh: dict) -> dict[str, pd.DataFrame]:
+    """curves / attention / matrices / summary rows of one shard's arrays."""
+    rid, ep = sh["run_id"].astype(str), sh["epoch"]
+    R, E = len(rid), len(ep)
+    curves = []
+    for metric in ("train_loss", "test_loss", "attn_own"):
+        vals = sh[metric]
+        if metric == "attn_own" and sh["attn"].shape[-1] == 0:
+            continue
+        curves.append(pd.DataFrame({"run_id": np.repeat(rid, E), "epoch": np.tile(ep, R),
+                                    "metric": metric, "value": vals.ravel()}))
+    out = {"curves": pd.concat(curves, ignore_index=True)}
+    K = sh["attn"].shape[-1]
+    # attn[r, e, k, j]: key feature k, query feature j
+    grid_r, grid_e, grid_k, grid_j = np.meshgrid(np.arange(R), np.arange(E), np.arange(K), np.arange(K), indexing="ij")
+    out["attention"] = pd.DataFrame({
+        "run_id": rid[grid_r.ravel()], "epoch": ep[grid_e.ravel()],
+        "query_feature": grid_j.ravel(), "key_feature": grid_k.ravel(), "attn": sh["attn"].ravel()})
+    Kq = sh["q_features"].shape[-1]
+    gr, ge, gi, gj = np.meshgrid(np.arange(R), np.arange(E), np.arange(Kq), np.arange(Kq), indexing="ij")
+    out["matrices"] = pd.DataFrame({
+        "run_id": rid[gr.ravel()], "epoch": ep[ge.ravel()], "name": "q_features",
+        "i": gi.ravel(), "j": gj.ravel(), "value": sh["q_features"].ravel()})
+    tl = sh["train_loss"]
+    loss0 = tl[:, 0]
+    ratio = tl / loss0[:, None]
+    summ = pd.DataFrame({
+        "run_id": rid, "loss0": loss0, "final_train_loss": tl[:, -1], "final_test_loss": sh["test_loss"][:, -1],
+        "attn_own_final": sh["attn_own"][:, -1] if K else np.full(R, np.nan),
+        "diverged": sh["diverged_at"] >= 0,
+        "diverged_epoch": pd.array(np.where(sh["diverged_at"] >= 0, sh["diverged_at"], None), dtype="Int64"),
+    })
+    for x in REL_THRESHOLDS:
+        summ[f"t_rel_{x:.0e}".replace("e-0", "e-")] = first_epoch_below(ratio, ep, x)
+    summ["n_phases"] = pd.array([None] * R, dtype="Int64")
+    summ["phase_ends"] = pd.Series([None] * R, dtype="object")
+    summ["train_seconds"] = float(sh["seconds"]) / R
+    summ["device"] = str(sh["device"])
+    out["summary"] = summ
+    return out
+
+
+def aggregate(runs_path: str, shard_paths: list[str], outdir: str) -> dict[str, pd.DataFrame]:
+    """Concatenate all shards of an experiment into its tables, checking every run is present."""
+    runs = read_parquet(runs_path)
+    parts: dict[str, list] = {}
+    meta = []
+    for path in shard_paths:
+        try:
+            with np.load(path) as z:
+                sh = {k: z[k] for k in z.files}
+        except Exception as e:
+            raise RuntimeError(f"shard file {path} is unreadable ({type(e).__name__}); delete it and rerun "
+                               "snakemake to retrain that shard") from None
+        for k, df in shard_tables(sh).items():
+            parts.setdefault(k, []).append(df)
+        meta.append({"shard": os.path.basename(path).removesuffix(".npz"), "seconds": float(sh["seconds"]),
+                     "device": str(sh["device"]), "device_name": str(sh["device_name"]),
+                     "threads": int(sh["threads"]), "runs": len(sh["run_id"])})
+    tables = {k: pd.concat(v, ignore_index=True) for k, v in parts.items()}
+    missing = set(runs["run_id"]) - set(tables["summary"]["run_id"])
+    if missing:
+        raise RuntimeError(f"{len(missing)} planned runs have no results (e.g. {sorted(missing)[0]}); "
+                           "the shard files do not match runs.parquet: rerun snakemake")
+    tables["summary"]["code_version"] = code_version()
+    for k, df in tables.items():
+        write_parquet(df, os.path.join(outdir, f"{k}.parquet"))
+    with open(os.path.join(outdir, "shards.json.tmp"), "w") as fh:
+        json.dump(meta, fh, indent=1)
+    os.replace(os.path.join(outdir, "shards.json.tmp"), os.path.join(outdir, "shards.json"))
+    return tables

@@ -1,0 +1,9 @@
+rule prompts:
+    input:
+        plan="results/{exp}/plan.json",
+    output:
+        "results/{exp}/prompts/{data_id}.npz",
+    log:
+        "logs/{exp}/prompts/{data_id}.log",
+    shell:
+        "{PY} -m icl prompts --plan {input.plan} --data-id {wildcards.data_id} --out {output} 2> {log}"

@@ -1,0 +1,24 @@
+rule report:
+    input:
+        plan="results/{exp}/plan.json",
+        tables=expand("results/{{exp}}/{t}.parquet", t=["runs", "curves", "attention", "matrices", "summary"]),
+    output:
+        "reports/{exp}.html",
+    log:
+        "logs/{exp}/report.log",
+    shell:
+        "{PY} -m icl report --plan {input.plan} --results results/{wildcards.exp} --out {output} 2> {log}"
+
+
+rule index:
+    input:
+        expand("reports/{exp}.html", exp=EXPERIMENTS),
+    output:
+        "reports/index.html",
+    params:
+        experiments=lambda w: shlex.quote(json.dumps(
+            {n: {"description": e.get("description", "")} for n, e in CFG["experiments"].items()})),
+    log:
+        "logs/index.log",
+    shell:
+        "{PY} -m icl index --experiments {params.experiments} --out {output} 2> {log}"

@@ -1,0 +1,11 @@
+rule tables:
+    input:
+        runs="results/{exp}/runs.parquet",
+        shards=lambda w: expand("results/{exp}/shards/{s}.npz", exp=w.exp, s=shard_names(w.exp)),
+    output:
+        expand("results/{{exp}}/{t}.parquet", t=["curves", "attention", "matrices", "summary"]),
+        "results/{exp}/shards.json",
+    log:
+        "logs/{exp}/tables.log",
+    shell:
+        "{PY} -m icl tables --runs {input.runs} --outdir results/{wildcards.exp} {input.shards} 2> {log}"

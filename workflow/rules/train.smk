@@ -1,0 +1,16 @@
+# One job per shard: all runs of the shard train together as one vectorized ensemble. The job
+# picks its device itself (CUDA when visible, else CPU) and uses `threads` CPU threads.
+rule train:
+    input:
+        plan="results/{exp}/plan.json",
+        prompts=lambda w: expand("results/{exp}/prompts/{d}.npz", exp=w.exp, d=shard_data(w.exp, w.shard)),
+    output:
+        "results/{exp}/shards/{shard}.npz",
+    threads: 2
+    resources:
+        mem_mb=lambda w: shard_mem_mb(w.exp, w.shard),
+    log:
+        "logs/{exp}/train/{shard}.log",
+    shell:
+        "{PY} -m icl train --plan {input.plan} --shard {wildcards.shard} "
+        "--prompts-dir results/{wildcards.exp}/prompts --out {output} --threads {threads} 2> {log}"
