@@ -36,7 +36,8 @@ def _describe(err: jsonschema.ValidationError) -> str:
             return f"{where}: {err.message}"
         return f"{where}: unknown key {', '.join(repr(e) for e in extra)}; allowed keys: {', '.join(allowed)}"
     if v == "required":
-        return f"{where}: {err.message}"
+        missing = [k for k in s["required"] if k not in inst]
+        return f"{where}: missing key {missing[0]!r}; required keys: {', '.join(s['required'])}"
     if v == "enum":
         return f"{where}: {inst!r} is not allowed; allowed: {', '.join(map(str, s['enum']))}"
     if v == "type":
@@ -142,7 +143,10 @@ def _sweep_values_ok(name: str, exp: dict) -> None:
                 _schema_errors({"experiments": {name: trial}})
             except ConfigError as e:
                 raise ConfigError(f"experiments.{name}.sweep.{key}: value {value!r} is invalid: {e}") from None
-            _check_experiment(name, _fill_defaults({"experiments": {name: trial}}, SCHEMA)["experiments"][name])
+            try:
+                _check_experiment(name, _fill_defaults({"experiments": {name: trial}}, SCHEMA)["experiments"][name])
+            except ConfigError as e:
+                raise ConfigError(f"experiments.{name}.sweep.{key}: value {value!r} is invalid: {e}") from None
 
 
 def validate(raw: dict) -> dict:

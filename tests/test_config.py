@@ -1,0 +1,128 @@
+"""Config validation: bad input is refused with one line naming the key; good input is completed."""
+import copy
+
+import pytest
+
+from icl.config import ConfigError, validate
+from icl.plan import expand, plan, stable_hash
+
+
+def _set(cfg, path, value):
+    node = cfg["experiments"]["tiny"]
+    keys = path.split(".")
+    for k in keys[:-1]:
+        node = node[int(k)] if isinstance(node, list) else node[k]
+    if value is _DEL:
+        del node[keys[-1]]
+    elif isinstance(node, list):
+        node[int(keys[-1])] = value
+    else:
+        node[keys[-1]] = value
+    return cfg
+
+
+_DEL = object()
+
+BAD = [  # (path, value, words the message must contain)
+    ("task.kind", "sine", ["experiments.tiny.task.kind", "cosine"]),
+    ("task.L", -1.0, ["experiments.tiny.task.L", "> 0"]),
+    ("task.L", "big", ["experiments.tiny.task.L", "number"]),
+    ("task.c", 0, ["experiments.tiny.task.c", "> 0"]),
+    ("tokens.kind", "cloud", ["experiments.tiny.tokens.kind", "discrete"]),
+    ("tokens.K", 9, ["experiments.tiny.tokens.K", "K <= d"]),
+    ("tokens.K", 0, ["experiments.tiny.tokens.K", ">= 2"]),
+    ("tokens.d", 2.5, ["experiments.tiny.tokens.d", "integer"]),
+    ("tokens.delta", 0, ["experiments.tiny.tokens.delta", "> 0"]),
+    ("tokens.noise", -0.1, ["experiments.tiny.tokens.noise", ">= 0"]),
+    ("tokens.probs", [0.5, 0.2, 0.2], ["experiments.tiny.tokens.probs", "sum to 1"]),
+    ("tokens.probs", [0.5, 0.5], ["experiments.tiny.tokens.probs", "K=3"]),
+    ("tokens.colour", "red", ["experiments.tiny.tokens", "colour"]),
+    ("prompts.N", 0, ["experiments.tiny.prompts.N", ">= 1"]),
+    ("prompts.train", _DEL, ["experiments.tiny.prompts", "missing key 'train'; required keys: N, train, test"]),
+    ("models", [], ["experiments.tiny.models", "empty"]),
+    ("models.0.kind", "rnn", ["experiments.tiny.models.0.kind", "softmax_q"]),
+    ("models.0.lr", 0, ["experiments.tiny.models.0.lr", "> 0"]),
+    ("models.0.optimizer", "sgd", ["experiments.tiny.models.0.optimizer", "adam"]),
+    ("models.1.name", "sq", ["experiments.tiny.models", "duplicate model name 'sq'"]),
+    ("models.0.width", 8, ["experiments.tiny.models.0", "width"]),
+    ("train.epochs", -5, ["experiments.tiny.train.epochs", ">= 1"]),
+    ("train.log_every", 100, ["experiments.tiny.train.log_every", "larger than epochs"]),
+    ("train.batch_size", 1000, ["experiments.tiny.train.batch_size", "prompts.train"]),
+    ("sweep", {"task.L": []}, ["experiments.tiny.sweep.task.L", "empty"]),
+    ("sweep", {"task.Lipschitz": [1.0]}, ["experiments.tiny.sweep.task.Lipschitz", "unknown key"]),
+    ("sweep", {"models.nope.lr": [1.0]}, ["experiments.tiny.sweep.models.nope.lr", "no model named 'nope'"]),
+    ("sweep", {"task.L": [0.5, -1]}, ["experiments.tiny.sweep.task.L", "-1", "> 0"]),
+    ("sweep", {"tokens.K": [3, 10]}, ["experiments.tiny.sweep.tokens.K", "K <= d"]),
+    ("sweep", {"task.L": 0.5}, ["experiments.tiny.sweep.task.L", "array"]),
+]
+
+
+@pytest.mark.parametrize("path,value,words", BAD, ids=[f"{p}={v!r}"[:40] for p, v, _ in BAD])
+def test_bad_config_named(tiny_raw, path, value, words):
+    with pytest.raises(ConfigError) as e:
+        validate(_set(tiny_raw, path, value))
+    msg = str(e.value)
+    assert "\n" not in msg
+    for w in words:
+        assert w in msg, msg
+
+
+@pytest.mark.parametrize("name", ["../evil", "a/b", "", "-x", "a b"])
+def test_experiment_names_cannot_escape(tiny_raw, name):
+    tiny_raw["experiments"][name] = tiny_raw["experiments"].pop("tiny")
+    with pytest.raises(ConfigError, match="experiment names use letters"):
+        validate(tiny_raw)
+
+
+def test_unknown_top_level_key(tiny_raw):
+    tiny_raw["shardsize"] = 3
+    with pytest.raises(ConfigError, match="unknown key 'shardsize'; allowed keys: device, experiments"):
+        validate(tiny_raw)
+
+
+def test_absurd_size_refused_by_memory_budget(tiny_raw):
+    tiny_raw["experiments"]["tiny"]["prompts"] = {"N": 100000, "train": 100000, "test": 1000}
+    cfg = validate(tiny_raw)
+    with pytest.raises(ConfigError, match="memory_budget_mb"):
+        plan(cfg, "tiny")
+
+
+def test_defaults_filled(tiny_raw):
+    cfg = validate(tiny_raw)
+    exp = cfg["experiments"]["tiny"]
+    assert exp["tokens"]["noise"] == 0.0 and exp["tokens"]["features"] == "orthogonal"
+    assert exp["models"][1]["ffn_mult"] == 4 and "width" not in exp["models"][0]
+    assert cfg["shard_size"] == 64 and cfg["device"] == "auto"
+
+
+def test_sweep_expansion_and_stable_ids(tiny_raw):
+    cfg = validate(tiny_raw)
+    specs = expand(cfg["experiments"]["tiny"])
+    assert len(specs) == 2 * 2 * 2                     # L x seed x models
+    assert sorted({(s["task"]["L"], s["seed"]) for s in specs}) == [(0.2, 0), (0.2, 1), (1.5, 0), (1.5, 1)]
+    a, b = plan(cfg, "tiny"), plan(copy.deepcopy(cfg), "tiny")
+    assert [r.run_id for r in a] == [r.run_id for r in b]
+    assert len({r.run_id for r in a}) == 8
+    assert a[0].run_id == stable_hash(a[0].spec)
+    # models trained on the same data share one dataset
+    assert len({r.data_id for r in a}) == 4
+
+
+def test_shards_group_identical_shapes(tiny_raw):
+    tiny_raw["shard_size"] = 3
+    cfg = validate(tiny_raw)
+    runs = plan(cfg, "tiny")
+    by_shard = {}
+    for r in runs:
+        by_shard.setdefault(r.shard, []).append(r)
+    assert all(len(v) <= 3 for v in by_shard.values())
+    assert len(by_shard) == 4                          # 4 runs per model -> 3 + 1, twice
+    for members in by_shard.values():
+        assert len({m.spec["model"]["kind"] for m in members}) == 1
+
+
+def test_model_sweep_by_name(tiny_raw):
+    tiny_raw["experiments"]["tiny"]["sweep"] = {"models.sq.lr": [0.5, 1.0]}
+    cfg = validate(tiny_raw)
+    lrs = sorted(s["model"]["lr"] for s in expand(cfg["experiments"]["tiny"]) if s["model"]["name"] == "sq")
+    assert lrs == [0.5, 1.0]

@@ -1,0 +1,76 @@
+"""Prompt data: geometry of the features, Lipschitz constant of the tasks, determinism."""
+import numpy as np
+import pytest
+
+from icl.data import features, make_dataset, rng, sample_labels
+
+
+def _spec(**tok):
+    t = {"kind": "discrete", "d": 8, "K": 4, "delta": 3.0, "noise": 0.0, "features": "orthogonal"}
+    t.update(tok)
+    return {"tokens": t, "task": {"kind": "cosine", "L": 1.5, "c": 0.5},
+            "prompts": {"N": 20, "train": 30, "test": 40}, "seed": 7}
+
+
+@pytest.mark.parametrize("kind", ["orthogonal", "random"])
+def test_features_are_delta_apart(kind):
+    v = features(_spec(features=kind)["tokens"], seed=3)
+    dist = np.linalg.norm(v[:, None] - v[None], axis=-1)[~np.eye(4, dtype=bool)]
+    if kind == "orthogonal":
+        np.testing.assert_allclose(dist, 3.0, rtol=1e-12)
+    else:
+        assert dist.min() == pytest.approx(3.0, rel=1e-12) and dist.max() > 3.0
+
+
+@pytest.mark.parametrize("L,c", [(0.1, 0.5), (2.0, 0.5), (1.0, 3.0)])
+def test_cosine_lipschitz_constant(L, c):
+    """Measured |f(x)-f(x')|/|x-x'| over close and far pairs never exceeds L; in d=1 (where the
+    direction of w is the only direction) close pairs come within 2% of it."""
+    for d, scale in ((5, 1e-4), (5, 1.0), (1, 1e-4)):
+        g = rng(0, 9 + d)
+        x = 3 * g.standard_normal((4000, 1, d))
+        step = scale * g.standard_normal((4000, 1, d))
+        y = sample_labels({"kind": "cosine", "L": L, "c": c}, np.concatenate([x, x + step], axis=1), g)
+        ratio = np.abs(y[:, 0] - y[:, 1]) / np.linalg.norm(step[:, 0], axis=-1)
+        assert ratio.max() <= L * (1 + 1e-6)
+        if d == 1:
+            assert ratio.max() >= 0.98 * L
+
+
+def test_cosine_amplitude_and_sphere():
+    """f = (L/c) cos(c<w,x> + phi): at x = 0 the values are (L/c) cos(phi), phi uniform."""
+    g = rng(1, 1)
+    y = sample_labels({"kind": "cosine", "L": 2.0, "c": 0.5}, np.zeros((20000, 1, 3)), g)[:, 0]
+    assert np.abs(y).max() <= 4.0 + 1e-12
+    # E[cos^2(phi)] = 1/2 for phi ~ U[0, 2pi): Monte Carlo, 5 standard errors
+    assert np.mean((y / 4.0) ** 2) == pytest.approx(0.5, abs=5 * np.sqrt(0.125 / 20000))
+
+
+def test_dataset_deterministic_and_splits_differ():
+    a, b = make_dataset(_spec()), make_dataset(_spec())
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+    assert a["train_x"].shape == (30, 21, 8) and a["test_y"].shape == (40, 21)
+    # tokens are exactly features; labels of train and test come from different functions
+    v = a["features"]
+    np.testing.assert_array_equal(a["train_x"], v[a["train_feat"]])
+    assert not np.allclose(a["train_y"][:30], a["test_y"][:30])
+    spec2 = _spec()
+    spec2["seed"] = 8
+    assert not np.array_equal(make_dataset(spec2)["train_y"], a["train_y"])
+
+
+def test_feature_probabilities():
+    spec = _spec(probs=[0.1, 0.2, 0.3, 0.4])
+    spec["prompts"] = {"N": 200, "train": 200, "test": 1}
+    f = make_dataset(spec)["train_feat"].ravel()
+    freq = np.bincount(f, minlength=4) / f.size
+    se = np.sqrt(0.25 / f.size)
+    np.testing.assert_allclose(freq, [0.1, 0.2, 0.3, 0.4], atol=5 * se)
+
+
+def test_noise_scale():
+    spec = _spec(noise=0.1)
+    ds = make_dataset(spec)
+    resid = ds["train_x"] - ds["features"][ds["train_feat"]]
+    assert resid.std() == pytest.approx(0.1, rel=0.05)

@@ -1,0 +1,129 @@
+"""Training a shard: the ensemble equals each run trained alone; attention maps; divergence;
+resume from a checkpoint gives the same numbers as an unbroken run."""
+import os
+
+import numpy as np
+import pytest
+
+from icl.config import validate
+from icl.data import write_dataset
+from icl.plan import plan
+from icl.tables import shard_tables
+from icl.train import train_shard
+
+
+@pytest.fixture
+def tiny_plan(tiny_raw, tmp_path):
+    cfg = validate(tiny_raw)
+    runs = plan(cfg, "tiny")
+    paths = {}
+    for r in runs:
+        if r.data_id not in paths:
+            paths[r.data_id] = str(tmp_path / f"{r.data_id}.npz")
+            write_dataset(r.data_spec, paths[r.data_id])
+    recs = [{"run_id": r.run_id, "data_id": r.data_id, "shard": r.shard, "spec": r.spec} for r in runs]
+    return recs, paths, tmp_path
+
+
+def _members(recs, kind):
+    return [r for r in recs if r["spec"]["model"]["kind"] == kind]
+
+
+@pytest.mark.parametrize("kind", ["softmax_q", "transformer_block"])
+def test_ensemble_equals_runs_alone(tiny_plan, kind):
+    recs, paths, tmp = tiny_plan
+    members = _members(recs, kind)
+    together = train_shard(members, paths, str(tmp / "all.npz"))
+    for i, r in enumerate(members):
+        alone = train_shard([r], paths, str(tmp / f"one{i}.npz"))
+        for key in ("train_loss", "test_loss", "attn_own", "attn"):
+            np.testing.assert_allclose(together[key][i], alone[key][0], rtol=2e-5, atol=1e-7, err_msg=key)
+    # the loss goes down for every run
+    assert np.all(together["train_loss"][:, -1] < together["train_loss"][:, 0])
+
+
+def test_attention_map_columns_sum_to_one(tiny_plan):
+    recs, paths, tmp = tiny_plan
+    out = train_shard(_members(recs, "softmax_q"), paths, str(tmp / "a.npz"))
+    attn = out["attn"]                                   # (R, E, key k, query j)
+    np.testing.assert_allclose(attn.sum(2), 1.0, atol=1e-5)
+    # zero init: uniform attention over tokens, so the map at epoch 0 is the feature frequencies
+    assert np.all(out["q_features"][:, 0] == 0)
+    np.testing.assert_allclose(out["attn_own"], np.diagonal(attn, axis1=2, axis2=3).mean(-1), rtol=1e-6)
+
+
+def test_q_features_formula(tiny_plan):
+    """q_features[i, j] = v_j^T Q v_i, checked against the parameters after a short run."""
+    import torch
+    from icl.data import read_dataset
+    from icl.models import SoftmaxQ
+    recs, paths, tmp = tiny_plan
+    r = _members(recs, "softmax_q")[0]
+    out = train_shard([r], paths, str(tmp / "q.npz"))
+    ds = read_dataset(paths[r["data_id"]])
+    # retrain by hand with plain GD to get Q at the last epoch
+    m = SoftmaxQ({}, 6)
+    p = m.init([0], ["sq"], "cpu")
+    x, y = torch.from_numpy(ds["train_x"])[None], torch.from_numpy(ds["train_y"])[None]
+    for _ in range(r["spec"]["train"]["epochs"]):
+        _, g = m.loss_and_grads(p, x, y)
+        p["Q"] = p["Q"] - r["spec"]["model"]["lr"] * g["Q"]
+    V, Q = ds["features"], p["Q"][0].numpy()
+    expect = np.array([[V[j] @ Q @ V[i] for j in range(3)] for i in range(3)])
+    np.testing.assert_allclose(out["q_features"][0, -1], expect, rtol=1e-4, atol=1e-6)
+
+
+def test_divergence_is_contained(tiny_plan):
+    recs, paths, tmp = tiny_plan
+    from icl.data import read_dataset
+    members = [dict(r) for r in _members(recs, "softmax_q")]
+    bad = read_dataset(paths[members[1]["data_id"]])
+    bad["train_y"][3, 5] = np.inf                        # one poisoned label makes run 1 NaN
+    np.savez(tmp / "bad.npz", **bad)
+    members[1] = {**members[1], "data_id": "bad"}
+    out = train_shard(members, {**paths, "bad": str(tmp / "bad.npz")}, str(tmp / "d.npz"))
+    assert out["diverged_at"][1] >= 0
+    assert np.all(out["diverged_at"][[0, 2, 3]] < 0)
+    assert np.isfinite(out["train_loss"][[0, 2, 3]]).all()
+    assert np.isnan(out["train_loss"][1, -1])
+    summ = shard_tables(out)["summary"]
+    assert summ["diverged"].tolist() == [False, True, False, False]
+
+
+@pytest.mark.parametrize("kind", ["softmax_q", "transformer_block"])
+def test_resume_from_checkpoint_is_exact(tiny_plan, kind):
+    recs, paths, tmp = tiny_plan
+    members = _members(recs, kind)
+    ref = train_shard(members, paths, str(tmp / "ref.npz"))
+    # simulate a kill after the first checkpoint: run to completion, but keep the checkpoint that
+    # an interrupted job leaves behind by training a copy with fewer epochs first
+    short = [{**r, "spec": {**r["spec"]}} for r in members]
+    out = str(tmp / "res.npz")
+    import icl.train as T
+    orig = T.Progress.update
+    calls = {"n": 0}
+
+    def boom(self, done, *a, **k):
+        orig(self, done, *a, **k)
+        if done == 7:
+            raise KeyboardInterrupt
+    T.Progress.update = boom
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train_shard(short, paths, out)
+    finally:
+        T.Progress.update = orig
+    assert os.path.exists(out + ".ckpt") and not os.path.exists(out)
+    res = train_shard(short, paths, out)
+    assert not os.path.exists(out + ".ckpt")
+    for key in ("train_loss", "test_loss", "attn", "q_features"):
+        np.testing.assert_array_equal(res[key], ref[key], err_msg=key)
+
+
+def test_damaged_checkpoint_named(tiny_plan):
+    recs, paths, tmp = tiny_plan
+    out = str(tmp / "x.npz")
+    with open(out + ".ckpt", "wb") as fh:
+        fh.write(b"not a checkpoint")
+    with pytest.raises(RuntimeError, match=r"checkpoint .*x\.npz\.ckpt is damaged"):
+        train_shard(_members(recs, "softmax_q"), paths, out)

@@ -1,0 +1,99 @@
+"""End to end: snakemake on a tiny config in a temporary directory; tables and report read back."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+
+DESIGN_COLUMNS = {
+    "runs": ["run_id", "shard", "model", "model_kind", "optimizer", "lr", "seed", "token_kind", "task_kind",
+             "d", "K", "delta", "N", "M", "L", "c", "epochs"],
+    "curves": ["run_id", "epoch", "metric", "value"],
+    "attention": ["run_id", "epoch", "query_feature", "key_feature", "attn"],
+    "matrices": ["run_id", "epoch", "name", "i", "j", "value"],
+    "summary": ["run_id", "loss0", "final_train_loss", "final_test_loss", "attn_own_final", "diverged",
+                "t_rel_1e-1", "t_rel_1e-2", "t_rel_1e-3", "n_phases", "phase_ends"],
+}
+
+
+def snakemake(workdir, *args, timeout=600):
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    from conftest import TINY
+    wd = tmp_path_factory.mktemp("wf")
+    (wd / "tiny.yaml").write_text(yaml.safe_dump(TINY))
+    res = snakemake(wd, "--cores", "2", "--configfile", str(wd / "tiny.yaml"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    return wd
+
+
+def test_tables_have_design_columns(finished):
+    for name, cols in DESIGN_COLUMNS.items():
+        df = pd.read_parquet(finished / "results" / "tiny" / f"{name}.parquet")
+        missing = set(cols) - set(df.columns)
+        assert not missing, (name, missing)
+    runs = pd.read_parquet(finished / "results/tiny/runs.parquet")
+    assert len(runs) == 8 and runs["run_id"].is_unique
+    assert sorted(runs["L"].unique()) == [0.2, 1.5]
+    curves = pd.read_parquet(finished / "results/tiny/curves.parquet")
+    # 8 runs x 5 logged epochs (0, 3, 6, 9, 12) x 3 metrics
+    assert len(curves) == 8 * 5 * 3
+    assert sorted(curves["epoch"].unique()) == [0, 3, 6, 9, 12]
+    att = pd.read_parquet(finished / "results/tiny/attention.parquet")
+    sums = att.groupby(["run_id", "epoch", "query_feature"])["attn"].sum()
+    assert ((sums - 1).abs() < 1e-5).all()
+    mat = pd.read_parquet(finished / "results/tiny/matrices.parquet")
+    assert set(mat["name"]) == {"q_features"}
+    assert set(mat["run_id"]) == set(runs.loc[runs["model_kind"] == "softmax_q", "run_id"])
+    summ = pd.read_parquet(finished / "results/tiny/summary.parquet")
+    tl = curves[curves["metric"] == "train_loss"].pivot(index="run_id", columns="epoch", values="value")
+    for _, row in summ.iterrows():
+        ratio = tl.loc[row["run_id"]] / row["loss0"]
+        hit = ratio[ratio <= 0.1]
+        expect = hit.index.min() if len(hit) else None
+        got = row["t_rel_1e-1"]
+        assert (pd.isna(got) and expect is None) or got == expect
+
+
+def test_report_is_self_contained(finished):
+    html = (finished / "reports" / "tiny.html").read_text()
+    assert html.count("data:image/png;base64,") >= 6        # 2 loss + 2 attention + 2 map figures per model
+    assert not re.search(r'(src|href)="(https?:)?//', html)   # nothing fetched from the network
+    assert "Provenance" in html and "torch" in html and "Configuration" in html
+    index = (finished / "reports" / "index.html").read_text()
+    assert 'href="tiny.html"' in index
+
+
+def test_every_rule_logged(finished):
+    logs = {p.relative_to(finished / "logs").as_posix() for p in (finished / "logs").rglob("*.log")}
+    assert {"tiny/plan.log", "tiny/tables.log", "tiny/report.log", "index.log"} <= logs
+    assert any(p.startswith("tiny/train/") for p in logs) and any(p.startswith("tiny/prompts/") for p in logs)
+    train_log = next((finished / "logs/tiny/train").glob("*.log")).read_text()
+    assert "epoch 12/12" in train_log
+
+
+def test_rerun_has_nothing_to_do(finished):
+    res = snakemake(finished, "--cores", "1", "-n", "--configfile", str(finished / "tiny.yaml"))
+    assert res.returncode == 0
+    assert "Nothing to be done" in res.stdout + res.stderr
+
+
+def test_bad_config_refused_before_any_job(tmp_path):
+    from conftest import TINY
+    bad = yaml.safe_load(yaml.safe_dump(TINY))
+    bad["experiments"]["tiny"]["task"]["L"] = -2
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
+    res = snakemake(tmp_path, "--cores", "1", "--configfile", str(tmp_path / "bad.yaml"))
+    assert res.returncode != 0
+    assert "config error: experiments.tiny.task.L: -2 is out of range; must be > 0" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not (tmp_path / "results").exists()
