@@ -25,7 +25,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape  # noqa: E40
 
 from icl.provenance import code_version, package_versions  # noqa: E402
 from icl.tables import read_parquet  # noqa: E402
-from icl.theory_ldl import L_star  # noqa: E402
+from icl.theory.ldl import L_star  # noqa: E402
 
 TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
                         autoescape=select_autoescape(["html", "j2"]))
