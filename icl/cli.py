@@ -36,7 +36,8 @@ def cmd_plan(args) -> None:
     runs = plan(cfg, args.experiment)
     recs = [{"run_id": r.run_id, "data_id": r.data_id, "shard": r.shard, "spec": r.spec} for r in runs]
     chash = stable_hash(cfg["experiments"][args.experiment])
-    write_parquet(runs_table(recs, args.experiment, chash), args.runs)
+    from icl.provenance import stamp
+    write_parquet(runs_table(recs, args.experiment, chash), args.runs, stamp(chash))
     tmp = args.plan + ".tmp"
     with open(tmp, "w") as fh:
         json.dump({"experiment": args.experiment, "config": cfg["experiments"][args.experiment],

@@ -154,6 +154,9 @@ def validate(raw: dict) -> dict:
     if not isinstance(raw, dict):
         raise ConfigError("<top level>: the config must be a mapping with an 'experiments' key")
     cfg = copy.deepcopy(raw)
+    flag = cfg.get("rerun_on_code_change")
+    if isinstance(flag, str) and flag.lower() in ("true", "false"):   # from `--config key=true`
+        cfg["rerun_on_code_change"] = flag.lower() == "true"
     _schema_errors(cfg)
     cfg = _fill_defaults(cfg, SCHEMA)
     for name, exp in cfg["experiments"].items():

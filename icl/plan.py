@@ -9,6 +9,7 @@ import copy
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass, field
 
 from icl.config import ConfigError
@@ -77,10 +78,16 @@ def shape_key(spec: dict) -> dict:
     }
 
 
+MAX_RUNS = 1_000_000
+
+
 def expand(exp: dict) -> list[dict]:
     """The cartesian product of the sweep, one run spec per (model, sweep point)."""
     sweep = exp.get("sweep") or {}
     keys = list(sweep)
+    n = len(exp["models"]) * math.prod(len(v) for v in sweep.values())
+    if n > MAX_RUNS:
+        raise ConfigError(f"sweep: expands to {n:,} runs; at most {MAX_RUNS:,} per experiment (split it)")
     specs = []
     for values in itertools.product(*(sweep[k] for k in keys)):
         point = copy.deepcopy(exp)
@@ -114,7 +121,11 @@ def plan(cfg: dict, name: str) -> list[Run]:
     exp = cfg["experiments"][name]
     budget = cfg["memory_budget_mb"] * 2**20
     runs: dict[str, Run] = {}
-    for spec in expand(exp):
+    try:
+        specs = expand(exp)
+    except ConfigError as e:
+        raise ConfigError(f"experiments.{name}.{e}") from None
+    for spec in specs:
         rid = stable_hash(spec)
         if rid not in runs:  # a sweep that repeats a point trains it once
             runs[rid] = Run(run_id=rid, data_id=stable_hash(data_spec(spec)), spec=spec)

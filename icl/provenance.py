@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import platform
 import subprocess
 from importlib import metadata
@@ -33,4 +34,23 @@ def package_versions() -> dict:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             out[name] = "not installed"
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def code_hash() -> str:
+    """Hash of the package's source (code, templates, schema): changes with any edit, committed or not."""
+    pkg = Path(icl.__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(p for p in pkg.rglob("*") if p.suffix in (".py", ".j2", ".yaml") and p.is_file()):
+        h.update(path.relative_to(pkg).as_posix().encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def stamp(config_hash: str | None = None) -> dict:
+    """What every table carries in its parquet metadata."""
+    out = {"icl_version": icl.__version__, "code_version": code_version(), "code_hash": code_hash()}
+    if config_hash:
+        out["config_hash"] = config_hash
     return out

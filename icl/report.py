@@ -23,7 +23,7 @@ import seaborn as sns  # noqa: E402
 import yaml  # noqa: E402
 from jinja2 import Environment, FileSystemLoader, select_autoescape  # noqa: E402
 
-from icl.provenance import code_version, package_versions  # noqa: E402
+from icl.provenance import code_hash, code_version, package_versions  # noqa: E402
 from icl.tables import read_parquet  # noqa: E402
 from icl.theory.ldl import L_star  # noqa: E402
 
@@ -116,7 +116,13 @@ def split_L(runs: pd.DataFrame, exp: dict) -> tuple[list, list, float | None, st
 
 
 def model_section(name, runs, tables, exp) -> dict:
-    r = runs[runs["model"] == name]
+    """Figures of one model. Diverged runs are left out of every curve and band, explicitly."""
+    diverged = set(tables["summary"].loc[tables["summary"]["diverged"], "run_id"])
+    r = runs[(runs["model"] == name) & ~runs["run_id"].isin(diverged)]
+    n_div = int(((runs["model"] == name) & runs["run_id"].isin(diverged)).sum())
+    if r.empty:
+        return {"name": name, "kind": runs.loc[runs["model"] == name, "model_kind"].iloc[0], "optimizer": "",
+                "split": f"all {n_div} runs diverged: nothing to draw", "figures": [], "maps": []}
     curves = tables["curves"][tables["curves"]["run_id"].isin(r["run_id"])]
     attn = tables["attention"][tables["attention"]["run_id"].isin(r["run_id"])]
     flat, sharp, thr, how = split_L(r, exp)
@@ -136,6 +142,8 @@ def model_section(name, runs, tables, exp) -> dict:
         for _, L in chosen:
             figs.append(attention_scores_figure(attn, r, L, K))
             maps.append(attention_maps_figure(attn, r, L, epochs_all))
+    if n_div:
+        how += f"; {n_div} diverged run(s) left out of these figures (listed above)"
     return {"name": name, "kind": r["model_kind"].iloc[0], "optimizer": r["optimizer"].iloc[0],
             "split": how, "figures": figs, "maps": maps}
 
@@ -151,7 +159,9 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str) -> None:
     cols = ["model", "L", "seed", "lr", "loss0", "final_train_loss", "final_test_loss", "attn_own_final",
             "t_rel_1e-1", "t_rel_1e-2", "t_rel_1e-3", "diverged"]
     summ = summ[cols].sort_values(["model", "L", "seed"])
-    versions = sorted(set(runs["code_version"]) | set(tabs["summary"]["code_version"]))
+    trained = tabs["summary"].groupby(["code_version", "code_hash"]).size().reset_index()
+    versions = [f"{v} (source {h}, {n} runs)" for v, h, n in trained.itertuples(index=False)]
+    stale = sorted(set(trained["code_hash"]) - {code_hash()})
     devices = sorted({f"{s['device']} ({s['device_name']}, {s['threads']} threads)" for s in shards})
     html = TEMPLATES.get_template("report.html.j2").render(
         experiment=experiment, description=exp.get("description", ""), sections=sections,
@@ -161,7 +171,7 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str) -> None:
         n_runs=len(runs), n_shards=len(shards),
         train_seconds=sum(s["seconds"] for s in shards), devices=devices,
         config=yaml.safe_dump({experiment: exp}, sort_keys=False), versions=versions,
-        report_version=code_version(), packages=package_versions(),
+        report_version=f"{code_version()} (source {code_hash()})", stale=stale, packages=package_versions(),
         generated=dt.datetime.now().isoformat(timespec="seconds"))
     _write(out_path, html)
 

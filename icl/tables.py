@@ -9,16 +9,28 @@ import os
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from icl.provenance import code_version
+from icl.provenance import code_version, stamp
 
 REL_THRESHOLDS = (1e-1, 1e-2, 1e-3)
 
 
-def write_parquet(df: pd.DataFrame, path: str) -> None:
+def write_parquet(df: pd.DataFrame, path: str, meta: dict | None = None) -> None:
+    """Atomic write; `meta` (provenance) goes into the file's key-value metadata under 'icl'."""
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    if meta:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), b"icl": json.dumps(meta).encode()})
     tmp = path + ".tmp"
-    df.to_parquet(tmp, index=False)
+    pq.write_table(table, tmp)
     os.replace(tmp, path)
+
+
+def read_provenance(path: str) -> dict:
+    """The provenance stamp a table was written with ({} if none)."""
+    md = pq.read_schema(path).metadata or {}
+    return json.loads(md[b"icl"]) if b"icl" in md else {}
 
 
 def read_parquet(path: str) -> pd.DataFrame:
@@ -104,6 +116,8 @@ def shard_tables(sh: dict) -> dict[str, pd.DataFrame]:
     summ["phase_ends"] = pd.Series([None] * R, dtype="object")
     summ["train_seconds"] = float(sh["seconds"]) / R
     summ["device"] = str(sh["device"])
+    summ["code_version"] = str(sh["code_version"]) if "code_version" in sh else "unknown"
+    summ["code_hash"] = str(sh["code_hash"]) if "code_hash" in sh else "unknown"
     out["summary"] = summ
     return out
 
@@ -112,7 +126,7 @@ def aggregate(runs_path: str, shard_paths: list[str], outdir: str) -> dict[str, 
     """Concatenate all shards of an experiment into its tables, checking every run is present."""
     runs = read_parquet(runs_path)
     parts: dict[str, list] = {}
-    meta = []
+    shard_meta = []
     for path in shard_paths:
         try:
             with np.load(path) as z:
@@ -122,7 +136,7 @@ def aggregate(runs_path: str, shard_paths: list[str], outdir: str) -> dict[str, 
                                "snakemake to retrain that shard") from None
         for k, df in shard_tables(sh).items():
             parts.setdefault(k, []).append(df)
-        meta.append({"shard": os.path.basename(path).removesuffix(".npz"), "seconds": float(sh["seconds"]),
+        shard_meta.append({"shard": os.path.basename(path).removesuffix(".npz"), "seconds": float(sh["seconds"]),
                      "device": str(sh["device"]), "device_name": str(sh["device_name"]),
                      "threads": int(sh["threads"]), "runs": len(sh["run_id"])})
     tables = {k: pd.concat(v, ignore_index=True) for k, v in parts.items()}
@@ -130,10 +144,11 @@ def aggregate(runs_path: str, shard_paths: list[str], outdir: str) -> dict[str, 
     if missing:
         raise RuntimeError(f"{len(missing)} planned runs have no results (e.g. {sorted(missing)[0]}); "
                            "the shard files do not match runs.parquet: rerun snakemake")
-    tables["summary"]["code_version"] = code_version()
+    meta = stamp(str(runs["config_hash"].iloc[0]))
+    meta["trained_with"] = sorted(set(tables["summary"]["code_version"]))
     for k, df in tables.items():
-        write_parquet(df, os.path.join(outdir, f"{k}.parquet"))
+        write_parquet(df, os.path.join(outdir, f"{k}.parquet"), meta)
     with open(os.path.join(outdir, "shards.json.tmp"), "w") as fh:
-        json.dump(meta, fh, indent=1)
+        json.dump(shard_meta, fh, indent=1)
     os.replace(os.path.join(outdir, "shards.json.tmp"), os.path.join(outdir, "shards.json"))
     return tables

@@ -15,6 +15,7 @@ import torch
 
 from icl import models, optim
 from icl.data import read_dataset
+from icl.provenance import code_hash, code_version
 
 
 def pick_device(setting: str = "auto") -> torch.device:
@@ -191,6 +192,7 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
         "seconds": np.asarray(seconds), "device": np.asarray(str(dev)),
         "device_name": np.asarray(torch.cuda.get_device_name(dev) if dev.type == "cuda" else _cpu_name()),
         "threads": np.asarray(torch.get_num_threads()),
+        "code_version": np.asarray(code_version()), "code_hash": np.asarray(code_hash()),
         **logs,
     }
     tmp = out_path + ".tmp.npz"

@@ -6,6 +6,13 @@ wildcard_constraints:
     data_id="[0-9a-f]+",
 
 
+def code_trigger():
+    """Opt-in (rerun_on_code_change): a param that changes with the icl source, so Snakemake's
+    params trigger reruns the jobs whose code changed."""
+    from icl.provenance import code_hash
+    return code_hash() if CFG["rerun_on_code_change"] else "off"
+
+
 def experiment_spec(exp):
     """The validated config of one experiment plus the global settings, quoted for a shell."""
     settings = {k: v for k, v in CFG.items() if k != "experiments"}
@@ -36,6 +43,7 @@ rule plan:
         plan="results/{exp}/plan.json",
     params:
         spec=lambda w: experiment_spec(w.exp),
+        code=code_trigger(),
     log:
         "logs/{exp}/plan.log",
     shell:

@@ -3,6 +3,8 @@ rule prompts:
         plan="results/{exp}/plan.json",
     output:
         "results/{exp}/prompts/{data_id}.npz",
+    params:
+        code=code_trigger(),
     log:
         "logs/{exp}/prompts/{data_id}.log",
     shell:

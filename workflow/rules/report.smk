@@ -4,6 +4,8 @@ rule report:
         tables=expand("results/{{exp}}/{t}.parquet", t=["runs", "curves", "attention", "matrices", "summary"]),
     output:
         "reports/{exp}.html",
+    params:
+        code=code_trigger(),
     log:
         "logs/{exp}/report.log",
     shell:

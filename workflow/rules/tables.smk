@@ -5,6 +5,8 @@ rule tables:
     output:
         expand("results/{{exp}}/{t}.parquet", t=["curves", "attention", "matrices", "summary"]),
         "results/{exp}/shards.json",
+    params:
+        code=code_trigger(),
     log:
         "logs/{exp}/tables.log",
     shell:

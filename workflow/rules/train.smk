@@ -9,6 +9,8 @@ rule train:
     threads: 2
     resources:
         mem_mb=lambda w: shard_mem_mb(w.exp, w.shard),
+    params:
+        code=code_trigger(),
     log:
         "logs/{exp}/train/{shard}.log",
     shell:

@@ -1,0 +1,156 @@
+"""Reliability through the real workflow: a SIGKILLed run resumes to the same tables, reruns are
+bit-for-bit identical, malformed configs stop before any job, corrupt files are named."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from icl.data import read_dataset
+from icl.tables import aggregate, read_parquet
+
+REPO = Path(__file__).resolve().parent.parent
+TABLES = ["runs", "curves", "attention", "matrices", "summary"]
+TIMING = ["train_seconds"]
+
+LONG = {
+    "experiments": {
+        "long": {
+            "tokens": {"kind": "discrete", "d": 6, "K": 3, "delta": 2.0},
+            "task": {"kind": "cosine", "L": 1.0, "c": 0.5},
+            "prompts": {"N": 16, "train": 64, "test": 64},
+            "models": [{"name": "blk", "kind": "transformer_block", "optimizer": "adam", "lr": 3e-3, "width": 16}],
+            "train": {"epochs": 1500, "log_every": 50, "checkpoint_every": 100},
+            "sweep": {"task.L": [0.3, 1.0], "seed": [0, 1]},
+        }
+    }
+}
+
+
+def _cmd(wd, *args):
+    return [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(wd),
+            "--configfile", str(wd / "c.yaml"), "--cores", "2", *args]
+
+
+def _run(wd, *args, timeout=600):
+    res = subprocess.run(_cmd(wd, *args), capture_output=True, text=True, timeout=timeout)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res
+
+
+def _tables(wd, exp="long"):
+    out = {}
+    for t in TABLES:
+        df = pd.read_parquet(wd / "results" / exp / f"{t}.parquet").drop(columns=TIMING, errors="ignore")
+        out[t] = df.sort_values(list(df.columns[:3])).reset_index(drop=True)
+    return out
+
+
+def _assert_same(a, b):
+    for t in TABLES:
+        pd.testing.assert_frame_equal(a[t], b[t], check_exact=True, obj=t)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    wd = tmp_path_factory.mktemp("ref")
+    (wd / "c.yaml").write_text(yaml.safe_dump(LONG))
+    _run(wd)
+    return wd
+
+
+def test_rerun_in_fresh_directory_is_bit_identical(reference, tmp_path):
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(LONG))
+    _run(tmp_path)
+    _assert_same(_tables(reference), _tables(tmp_path))
+
+
+def test_sigkill_mid_training_then_resume(reference, tmp_path):
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(LONG))
+    proc = subprocess.Popen(_cmd(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    shards = tmp_path / "results" / "long" / "shards"
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(shards.glob("*.ckpt")):
+        assert proc.poll() is None, "workflow finished before a checkpoint was written"
+        time.sleep(0.05)
+    assert list(shards.glob("*.ckpt")), "no checkpoint appeared"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not list(shards.glob("*.npz")), "the shard finished before the kill; make the run longer"
+    subprocess.run(_cmd(tmp_path, "--unlock"), capture_output=True, timeout=120)
+    _run(tmp_path, "--rerun-incomplete")
+    log = next((tmp_path / "logs" / "long" / "train").glob("*.log")).read_text()
+    assert "resuming from checkpoint at epoch" in log
+    _assert_same(_tables(reference), _tables(tmp_path))
+
+
+MALFORMED = [
+    ("experiments: {x: {tokens: {kind: discrete, d: 3, K: 4, delta: 1.0}}}", "experiments.x: missing key 'task'"),
+    ("experiments: null", "experiments: None has the wrong type"),
+    ("experiments: {'../up': {}}", "experiment names use letters"),
+    ("shard_size: 0\n" + yaml.safe_dump(LONG), "shard_size: 0 is out of range"),
+    ("experiments: {x: 3}", "experiments.x: 3 has the wrong type"),
+    ("verbose: true\n" + yaml.safe_dump(LONG), "unknown key 'verbose'"),
+]
+
+
+@pytest.mark.parametrize("text,words", MALFORMED, ids=[w[:30] for _, w in MALFORMED])
+def test_malformed_config_stops_before_any_job(tmp_path, text, words):
+    (tmp_path / "c.yaml").write_text(text + "\n")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "keep.txt").write_text("old result")
+    res = subprocess.run(_cmd(tmp_path, "-n"), capture_output=True, text=True, timeout=120)
+    assert res.returncode != 0
+    err = res.stderr.strip()
+    assert words in err and err.startswith("config error:") and len(err.splitlines()) == 1, err
+    assert "Traceback" not in res.stderr + res.stdout
+    assert [p.name for p in (tmp_path / "results").iterdir()] == ["keep.txt"]
+    assert (tmp_path / "results" / "keep.txt").read_text() == "old result"
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def test_truncated_table_is_named(reference, tmp_path):
+    bad = tmp_path / "summary.parquet"
+    bad.write_bytes((reference / "results/long/summary.parquet").read_bytes())
+    _truncate(bad)
+    with pytest.raises(RuntimeError, match=r"table .*summary\.parquet is unreadable.*delete it"):
+        read_parquet(str(bad))
+
+
+def test_truncated_shard_is_named(reference, tmp_path):
+    shard = next((reference / "results/long/shards").glob("*.npz"))
+    bad = tmp_path / shard.name
+    bad.write_bytes(shard.read_bytes())
+    _truncate(bad)
+    with pytest.raises(RuntimeError, match=rf"shard file .*{bad.name} is unreadable.*retrain"):
+        aggregate(str(reference / "results/long/runs.parquet"), [str(bad)], str(tmp_path))
+
+
+def test_truncated_prompts_are_named(reference, tmp_path):
+    src = next((reference / "results/long/prompts").glob("*.npz"))
+    bad = tmp_path / src.name
+    bad.write_bytes(src.read_bytes())
+    _truncate(bad)
+    with pytest.raises(RuntimeError, match=rf"prompt file .*{bad.name} is unreadable.*regenerate"):
+        read_dataset(str(bad))
+
+
+def test_tables_carry_provenance(reference):
+    from icl.tables import read_provenance
+    for t in TABLES:
+        meta = read_provenance(str(reference / "results/long" / f"{t}.parquet"))
+        assert {"icl_version", "code_version", "code_hash", "config_hash"} <= set(meta), t
+    summ = pd.read_parquet(reference / "results/long/summary.parquet")
+    assert summ["code_hash"].nunique() == 1 and len(summ["code_hash"].iloc[0]) == 12
+    assert np.all(~summ["diverged"])
