@@ -30,6 +30,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/prompts.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/tables.smk"
+include: "workflow/rules/theory.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -77,6 +77,28 @@ def cmd_tables(args) -> None:
     print(f"tables: {len(tables['summary'])} runs in {time.time() - t:.2f}s", file=sys.stderr)
 
 
+def cmd_theory(args) -> None:
+    from icl.provenance import stamp
+    from icl.tables import write_parquet
+    from icl.theory.table import ldl_rows, mean_field_rows
+    from icl.train import log_epochs
+    pl = _read_plan(args.plan)
+    meta = stamp(pl["config_hash"])
+    write_parquet(ldl_rows(pl["runs"]), args.out, meta)
+    write_parquet(mean_field_rows(pl["runs"], log_epochs), args.curves, meta)
+
+
+def cmd_analysis(args) -> None:
+    from icl.fits import convergence_slopes, max_stable_lr
+    from icl.provenance import stamp
+    from icl.tables import read_parquet, write_parquet
+    t = {k: read_parquet(os.path.join(args.results, f"{k}.parquet")) for k in ("runs", "summary", "theory")}
+    meta = stamp(str(t["runs"]["config_hash"].iloc[0]))
+    write_parquet(convergence_slopes(t["runs"], t["summary"], t["theory"]),
+                  os.path.join(args.results, "slopes.parquet"), meta)
+    write_parquet(max_stable_lr(t["runs"], t["summary"]), os.path.join(args.results, "stability.parquet"), meta)
+
+
 def cmd_report(args) -> None:
     from icl.report import render
     pl = _read_plan(args.plan)
@@ -120,6 +142,14 @@ def main(argv=None) -> None:
     s.add_argument("--outdir", required=True)
     s.add_argument("shards", nargs="+")
     s.set_defaults(fn=cmd_tables)
+    s = sub.add_parser("theory", help="write theory.parquet and theory_curves.parquet for a plan")
+    s.add_argument("--plan", required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--curves", required=True)
+    s.set_defaults(fn=cmd_theory)
+    s = sub.add_parser("analysis", help="convergence-time slopes and stability from the tables")
+    s.add_argument("--results", required=True)
+    s.set_defaults(fn=cmd_analysis)
     s = sub.add_parser("report", help="render reports/<experiment>.html")
     s.add_argument("--plan", required=True)
     s.add_argument("--results", required=True)

@@ -23,6 +23,7 @@ import seaborn as sns  # noqa: E402
 import yaml  # noqa: E402
 from jinja2 import Environment, FileSystemLoader, select_autoescape  # noqa: E402
 
+from icl import report_ldl  # noqa: E402
 from icl.provenance import code_hash, code_version, package_versions  # noqa: E402
 from icl.tables import read_parquet  # noqa: E402
 from icl.theory.ldl import L_star  # noqa: E402
@@ -48,7 +49,8 @@ def _band(ax, df: pd.DataFrame, x: str, y: str, label: str, color, log: bool) ->
         ax.set_yscale("log")
 
 
-def loss_figure(curves, runs, Ls, title) -> str | None:
+def loss_figure(curves, runs, Ls, title, theory_curves=None) -> str | None:
+    """Train loss per L (median and min-max band over seeds); the mean-field curve dashed."""
     if not Ls:
         return None
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
@@ -58,6 +60,13 @@ def loss_figure(curves, runs, Ls, title) -> str | None:
         df = curves[curves["run_id"].isin(ids) & (curves["metric"] == "train_loss")]
         df = df[df["value"] > 0]
         _band(ax, df, "epoch", "value", f"L={L:g}", color, log=True)
+        if theory_curves is not None and len(theory_curves):
+            mf = theory_curves[theory_curves["run_id"].isin(ids) & (theory_curves["metric"] == "mean_field_loss")]
+            if len(mf):
+                med = mf.groupby("epoch")["value"].median()
+                ax.plot(med.index, med.values, color=color, ls="--", lw=1.1)
+    if theory_curves is not None and len(theory_curves):
+        ax.plot([], [], color="grey", ls="--", label="mean field (LDL Lemma 2)")
     ax.set_xlabel("epoch")
     ax.set_ylabel("train loss ½E[(ŷ−y)²] (log)")
     ax.set_title(title)
@@ -127,9 +136,12 @@ def model_section(name, runs, tables, exp) -> dict:
     attn = tables["attention"][tables["attention"]["run_id"].isin(r["run_id"])]
     flat, sharp, thr, how = split_L(r, exp)
     figs = []
-    fa = loss_figure(curves, r, flat, "(a) loss, flat set")
-    fb = loss_figure(curves, r, sharp, "(b) loss, sharp set")
+    th = tables["theory_curves"]
+    fa = loss_figure(curves, r, flat, "(a) loss, flat set", th)
+    fb = loss_figure(curves, r, sharp, "(b) loss, sharp set", th)
     figs += [f for f in (fa, fb) if f]
+    if not len(attn):
+        figs.append(attention_summary_figure(curves, r))
     maps = []
     if len(attn):
         K = int(r["K"].iloc[0])
@@ -144,13 +156,35 @@ def model_section(name, runs, tables, exp) -> dict:
             maps.append(attention_maps_figure(attn, r, L, epochs_all))
     if n_div:
         how += f"; {n_div} diverged run(s) left out of these figures (listed above)"
+    theory_figs = [f for f in (report_ldl.collapse_figure(tables, name), report_ldl.slope_figure(tables, name),
+                               report_ldl.stability_figure(tables, name),
+                               report_ldl.phase_diagram_figure(tables, name)) if f]
     return {"name": name, "kind": r["model_kind"].iloc[0], "optimizer": r["optimizer"].iloc[0],
-            "split": how, "figures": figs, "maps": maps}
+            "split": how, "figures": figs, "maps": maps, "theory_figures": theory_figs,
+            "verdicts": report_ldl.verdicts(tables, name), "mean_field": report_ldl.mean_field_check(tables, name)}
+
+
+def attention_summary_figure(curves, runs) -> str:
+    """For continuous tokens: attention entropy and the mass on the nearest 10% of tokens."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    Ls = sorted(runs["L"].dropna().unique()) or [None]
+    pal = sns.color_palette("viridis", len(Ls))
+    for ax, metric, lab in ((axes[0], "attn_entropy", "attention entropy (nats)"),
+                            (axes[1], "attn_knn", "mass on the nearest 10% of tokens")):
+        for color, L in zip(pal, Ls):
+            ids = runs["run_id"] if L is None else runs.loc[runs["L"] == L, "run_id"]
+            df = curves[curves["run_id"].isin(ids) & (curves["metric"] == metric)]
+            _band(ax, df, "epoch", "value", "all" if L is None else f"L={L:g}", color, log=False)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(lab)
+        ax.legend(fontsize=7)
+    fig.suptitle("attention summaries for continuous tokens", fontsize=10)
+    return _png(fig)
 
 
 def render(experiment: str, exp: dict, results_dir: str, out_path: str) -> None:
     tabs = {k: read_parquet(os.path.join(results_dir, f"{k}.parquet"))
-            for k in ("runs", "curves", "attention", "summary")}
+            for k in ("runs", "curves", "attention", "summary", "theory", "theory_curves", "slopes", "stability")}
     runs = tabs["runs"]
     with open(os.path.join(results_dir, "shards.json")) as fh:
         shards = json.load(fh)

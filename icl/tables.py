@@ -12,9 +12,15 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from icl.phases import phases
 from icl.provenance import code_version, stamp
 
 REL_THRESHOLDS = (1e-1, 1e-2, 1e-3)
+ABS_THRESHOLDS = (1e-2, 1e-3, 1e-4)   # the theorems' ε is absolute
+
+
+def _tname(prefix: str, x: float) -> str:
+    return f"{prefix}_{x:.0e}".replace("e-0", "e-")
 
 
 def write_parquet(df: pd.DataFrame, path: str, meta: dict | None = None) -> None:
@@ -83,10 +89,10 @@ def shard_tables(sh: dict) -> dict[str, pd.DataFrame]:
     rid, ep = sh["run_id"].astype(str), sh["epoch"]
     R, E = len(rid), len(ep)
     curves = []
-    for metric in ("train_loss", "test_loss", "attn_own"):
-        vals = sh[metric]
-        if metric == "attn_own" and sh["attn"].shape[-1] == 0:
+    for metric in ("train_loss", "test_loss", "attn_own", "attn_entropy", "attn_knn"):
+        if metric not in sh or (metric == "attn_own" and sh["attn"].shape[-1] == 0):
             continue
+        vals = sh[metric]
         curves.append(pd.DataFrame({"run_id": np.repeat(rid, E), "epoch": np.tile(ep, R),
                                     "metric": metric, "value": vals.ravel()}))
     out = {"curves": pd.concat(curves, ignore_index=True)}
@@ -111,9 +117,20 @@ def shard_tables(sh: dict) -> dict[str, pd.DataFrame]:
         "diverged_epoch": pd.array(np.where(sh["diverged_at"] >= 0, sh["diverged_at"], None), dtype="Int64"),
     })
     for x in REL_THRESHOLDS:
-        summ[f"t_rel_{x:.0e}".replace("e-0", "e-")] = first_epoch_below(ratio, ep, x)
-    summ["n_phases"] = pd.array([None] * R, dtype="Int64")
-    summ["phase_ends"] = pd.Series([None] * R, dtype="object")
+        summ[_tname("t_rel", x)] = first_epoch_below(ratio, ep, x)
+    for x in ABS_THRESHOLDS:
+        summ[_tname("t_abs", x)] = first_epoch_below(tl, ep, x)
+    found = [phases(ep, tl[r]) for r in range(R)]
+    summ["n_phases"] = pd.array([f[0] for f in found], dtype="Int64")
+    summ["phase_ends"] = pd.Series([list(f[1]) for f in found], dtype="object")
+    summ["test_loss0"] = sh["test_loss"][:, 0]
+    summ["attn_knn_final"] = sh["attn_knn"][:, -1] if "attn_knn" in sh else np.nan
+    if K:
+        off = (sh["attn"].sum(axis=(2, 3)) - np.trace(sh["attn"], axis1=2, axis2=3)) / (K * (K - 1))
+        summ["attn_off_final"] = off[:, -1]
+        # oscillation: the mean off-diagonal attention turns from falling to rising at least once
+        d = np.diff(off, axis=1)
+        summ["attn_off_oscillates"] = ((d[:, :-1] < -1e-4) & (d[:, 1:] > 1e-4)).any(1)
     summ["train_seconds"] = float(sh["seconds"]) / R
     summ["device"] = str(sh["device"])
     summ["code_version"] = str(sh["code_version"]) if "code_version" in sh else "unknown"

@@ -51,6 +51,20 @@ def attention_map(a, feat_ctx, feat_q, K):
     return sums / count.unsqueeze(1)                                 # NaN where a feature never queries
 
 
+def knn_count(N: int) -> int:
+    """How many nearest context tokens `attn_knn` sums over: a tenth of the context, at least 1."""
+    return max(1, N // 10)
+
+
+def nearest_tokens(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices (R, B, k) of the k context tokens closest to the query (Euclidean), ties by index.
+
+    For discrete tokens the query's own feature has distance 0, so attn_knn is an attention
+    summary that needs no features and still reads 1 when attention is on the right tokens."""
+    dist = ((x[:, :, :-1] - x[:, :, -1:]) ** 2).sum(-1)
+    return torch.topk(dist, k, dim=-1, largest=False, sorted=True).indices
+
+
 class Progress:
     """A line to stderr at most every few seconds: epochs, runs, time used and left."""
 
@@ -108,6 +122,7 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
     logs = {
         "train_loss": np.full((R, E), np.nan), "test_loss": np.full((R, E), np.nan),
         "attn_own": np.full((R, E), np.nan),
+        "attn_entropy": np.full((R, E), np.nan), "attn_knn": np.full((R, E), np.nan),
         "attn": np.full((R, E, K, K), np.nan) if K else np.zeros((R, E, 0, 0)),
         "q_features": np.full((R, E, K, K), np.nan) if (K and model.kind == "softmax_q") else np.zeros((R, E, 0, 0)),
     }
@@ -133,6 +148,7 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
 
     M = xtr.shape[1]
     batch = tr.get("batch_size") or M
+    knn = nearest_tokens(xtr, knn_count(spec0["prompts"]["N"]))
     ar = torch.arange(R, device=dev).unsqueeze(1)
     prog = Progress(label, epochs)
     t0 = time.time()
@@ -143,6 +159,9 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
             logs["train_loss"][:, epoch_pos] = (0.5 * ((pred - ytr[:, :, -1]) ** 2).mean(1)).cpu().numpy()
             pte, _ = model.forward(params, xte, yte)
             logs["test_loss"][:, epoch_pos] = (0.5 * ((pte - yte[:, :, -1]) ** 2).mean(1)).cpu().numpy()
+            ent = -(a * torch.log(a.clamp_min(1e-30))).sum(-1).mean(1)
+            logs["attn_entropy"][:, epoch_pos] = ent.cpu().numpy()
+            logs["attn_knn"][:, epoch_pos] = torch.gather(a, 2, knn).sum(-1).mean(1).cpu().numpy()
             if K:
                 amap = attention_map(a, ftr[:, :, :-1], ftr[:, :, -1], K)
                 logs["attn"][:, epoch_pos] = amap.cpu().numpy()

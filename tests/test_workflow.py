@@ -45,8 +45,9 @@ def test_tables_have_design_columns(finished):
     assert len(runs) == 8 and runs["run_id"].is_unique
     assert sorted(runs["L"].unique()) == [0.2, 1.5]
     curves = pd.read_parquet(finished / "results/tiny/curves.parquet")
-    # 8 runs x 5 logged epochs (0, 3, 6, 9, 12) x 3 metrics
-    assert len(curves) == 8 * 5 * 3
+    # 8 runs x 5 logged epochs (0, 3, 6, 9, 12) x 5 metrics
+    assert len(curves) == 8 * 5 * 5
+    assert set(curves["metric"]) == {"train_loss", "test_loss", "attn_own", "attn_entropy", "attn_knn"}
     assert sorted(curves["epoch"].unique()) == [0, 3, 6, 9, 12]
     att = pd.read_parquet(finished / "results/tiny/attention.parquet")
     sums = att.groupby(["run_id", "epoch", "query_feature"])["attn"].sum()

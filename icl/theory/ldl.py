@@ -1,7 +1,22 @@
-"""LDL's threshold between the flat and the sharp Lipschitz regimes (unit constants inside Θ)."""
+"""Li, Duan & Liang (LDL): the flat/sharp threshold, the time scales of Theorems 1-2 and
+Propositions 1-4 (unit constants inside Θ), and the mean-field loss curve of softmax_q.
+
+The mean-field curve integrates the exact population gradient of LDL Lemma 2 before its Θ-step.
+With feature matrix V (K x d), Gram matrix G = V V^T and S[n, k] = v_n^T Q v_k (the score a
+query with feature k gives a token with feature n), the loss depends on Q only through S, and
+one GD step on Q moves S by  ΔS = -η G (∂L/∂S) G.  For orthogonal features of norm ‖v‖ this is
+ΔS = -η ‖v‖⁴ ∂L/∂S: Lemma 2's unit-norm derivation is the case ‖v‖ = 1. With balanced counts
+|V_n| = p_n N the attention mass of feature n for query k is Attn_n = p_n e^{S[n,k]} / Σ_m p_m e^{S[m,k]}
+and the population loss is
+    L = ½ Σ_k p_k Σ_{n,m} Attn_n Attn_m D^{(k)}_{nm},   D^{(k)}_{nm} = E_f[(f(v_n) - f(v_k))(f(v_m) - f(v_k))],
+with, for the cosine task, E_f[f(u) f(u')] = ½ (L/c)² Ω_d(c ‖u - u'‖), Ω_d(r) = E_w[cos(r w_1)] for w
+uniform on the unit sphere of R^d.
+"""
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 
 def delta_conc(K: int, N: int) -> float:
@@ -12,3 +27,91 @@ def delta_conc(K: int, N: int) -> float:
 def L_star(K: int, N: int, delta: float) -> float:
     """L* = 1/(Δδ): flat regime for L <= L*, sharp for L > L*."""
     return 1.0 / (delta * delta_conc(K, N))
+
+
+def regime(L: float, K: int, N: int, delta: float) -> str:
+    return "flat" if L <= L_star(K, N, delta) else "sharp"
+
+
+def T1(K: int, eta: float, L: float, delta: float) -> float:
+    """End of phase I in the flat regime: K log K / (η L² Δ²)."""
+    return K * math.log(K) / (eta * L**2 * delta**2)
+
+
+def T_flat(K: int, N: int, eta: float, L: float, delta: float, eps: float) -> float:
+    """Convergence time in the flat regime: K log(K/ε) / (η δ² L² Δ²)."""
+    return K * math.log(K / eps) / (eta * delta_conc(K, N) ** 2 * L**2 * delta**2)
+
+
+def T_sharp(K: int, N: int, eta: float, L: float, delta: float, eps: float) -> float:
+    """Convergence time in the sharp regime: K log(K L Δ/ε) / (η ε δ² L² Δ²)."""
+    return K * math.log(max(K * L * delta / eps, math.e)) / (eta * eps * delta_conc(K, N) ** 2 * L**2 * delta**2)
+
+
+def predicted_phases(reg: str) -> int:
+    """Two phases in the flat regime (Props. 2-3), three in the sharp one (Prop. 4)."""
+    return 2 if reg == "flat" else 3
+
+
+def sphere_cos_mean(r: np.ndarray, d: int) -> np.ndarray:
+    """Ω_d(r) = E[cos(r w_1)] for w uniform on the unit sphere in R^d (d >= 1).
+
+    For d >= 2, t = w_1 has density ∝ (1 - t²)^{(d-3)/2} on [-1, 1]; with t = cos θ the integrand
+    cos(r cos θ) sin^{d-2} θ is smooth and periodic, so 256-point Gauss-Legendre quadrature is
+    exact to rounding for r up to ~100 (d = 3 gives sin(r)/r, d = 2 gives J0(r)).
+    """
+    r = np.asarray(r, dtype=float)
+    if d == 1:
+        return np.cos(r)
+    nodes, weights = np.polynomial.legendre.leggauss(256)
+    theta = 0.5 * math.pi * (nodes + 1.0)
+    wgt = weights * np.sin(theta) ** (d - 2)
+    vals = np.cos(r[..., None] * np.cos(theta))
+    return (vals * wgt).sum(-1) / wgt.sum()
+
+
+def cosine_label_cov(V: np.ndarray, L: float, c: float) -> np.ndarray:
+    """C[n, m] = E_f[f(v_n) f(v_m)] for the cosine task (L/c) cos(c<w,x> + φ)."""
+    dist = np.linalg.norm(V[:, None] - V[None], axis=-1)
+    return 0.5 * (L / c) ** 2 * sphere_cos_mean(c * dist, V.shape[1])
+
+
+def diff_cov(C: np.ndarray) -> np.ndarray:
+    """D[k, n, m] = E[(f(v_n) - f(v_k))(f(v_m) - f(v_k))] = C[n,m] - C[n,k] - C[m,k] + C[k,k]."""
+    return C[None, :, :] - C.T[:, :, None] - C.T[:, None, :] + np.diag(C)[:, None, None]
+
+
+def population_loss_and_grad(S: np.ndarray, p: np.ndarray, D: np.ndarray):
+    """Balanced-count population loss and ∂L/∂S (S[n, k]: score of feature n for query k)."""
+    logits = np.log(p)[:, None] + S                          # (n, k)
+    logits -= logits.max(0, keepdims=True)
+    A = np.exp(logits)
+    A /= A.sum(0, keepdims=True)                             # A[n, k] = Attn_n for query k
+    K = len(p)
+    loss = 0.0
+    grad = np.zeros_like(S)
+    for k in range(K):
+        a = A[:, k]
+        Da = D[k] @ a
+        quad = a @ Da
+        loss += 0.5 * p[k] * quad
+        grad[:, k] = p[k] * a * (Da - quad)                  # ∂(½ aᵀDa)/∂s_n = a_n((Da)_n - aᵀDa)
+    return loss, grad, A
+
+
+def mean_field_curve(V: np.ndarray, p: np.ndarray, L: float, c: float, eta: float, epochs: int):
+    """Loss and attention of softmax_q under full-batch GD on the balanced-count population loss.
+
+    Returns (loss[epochs + 1], attn[epochs + 1, K, K]) with attn[t, n, k] = Attn_n for query k.
+    No free constant: η, V, p, L, c fully determine the curve.
+    """
+    G = V @ V.T
+    D = diff_cov(cosine_label_cov(V, L, c))
+    S = np.zeros((len(p), len(p)))
+    losses, attns = [], []
+    for _ in range(epochs + 1):
+        loss, grad, A = population_loss_and_grad(S, p, D)
+        losses.append(loss)
+        attns.append(A)
+        S = S - eta * G @ grad @ G
+    return np.asarray(losses), np.asarray(attns)

@@ -1,7 +1,8 @@
 rule report:
     input:
         plan="results/{exp}/plan.json",
-        tables=expand("results/{{exp}}/{t}.parquet", t=["runs", "curves", "attention", "matrices", "summary"]),
+        tables=expand("results/{{exp}}/{t}.parquet", t=["runs", "curves", "attention", "matrices", "summary",
+                                                      "theory", "theory_curves", "slopes", "stability"]),
     output:
         "reports/{exp}.html",
     params:

@@ -1,0 +1,104 @@
+"""Measurements that compare runs with each other: convergence-time slopes against L with a
+bootstrap over seeds, the theory-clock collapse, and step-size stability classes.
+
+All functions take the tidy tables (runs, summary, curves) and return tidy frames. Diverged runs
+are excluded explicitly, and how many were excluded is part of the output.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from icl.theory import ldl
+
+N_BOOT = 2000
+
+
+def _ols_slope(x: np.ndarray, y: np.ndarray) -> float:
+    xm = x - x.mean()
+    den = (xm * xm).sum()
+    return float((xm * (y - y.mean())).sum() / den) if den > 0 else float("nan")
+
+
+def slope_with_bootstrap(df: pd.DataFrame, tcol: str, seed: int = 0):
+    """log-log slope of convergence time against L; 95% interval resampling seeds (clusters).
+
+    Runs that never reached the threshold are dropped (their count is returned). Resampling whole
+    seeds keeps the pairing of one seed's runs across L, as a rerun of the sweep would.
+    """
+    ok = df[df[tcol].notna() & (df[tcol] > 0)]
+    n_missing = len(df) - len(ok)
+    if ok["L"].nunique() < 2:
+        return np.nan, np.nan, np.nan, len(ok), n_missing
+    x, y = np.log(ok["L"].to_numpy(float)), np.log(ok[tcol].to_numpy(float))
+    slope = _ols_slope(x, y)
+    seeds = ok["seed"].to_numpy()
+    uniq = np.unique(seeds)
+    rng = np.random.default_rng(seed)
+    boots = []
+    groups = {s: np.flatnonzero(seeds == s) for s in uniq}
+    for _ in range(N_BOOT):
+        pick = np.concatenate([groups[s] for s in rng.choice(uniq, size=len(uniq))])
+        if np.unique(x[pick]).size >= 2:
+            boots.append(_ols_slope(x[pick], y[pick]))
+    lo, hi = (np.percentile(boots, [2.5, 97.5]) if len(uniq) > 1 else (np.nan, np.nan))
+    return slope, float(lo), float(hi), len(ok), n_missing
+
+
+def theory_slope(Ls, K, N, delta, eta, reg: str, eps: float) -> float:
+    """Slope of log T_theory against log L over the same L values (unit constants cancel)."""
+    Ls = np.asarray(sorted(set(Ls)), float)
+    if len(Ls) < 2:
+        return float("nan")
+    f = ldl.T_flat if reg == "flat" else ldl.T_sharp
+    T = np.array([f(K, N, eta, L, delta, eps) for L in Ls])
+    return _ols_slope(np.log(Ls), np.log(T))
+
+
+def convergence_slopes(runs: pd.DataFrame, summary: pd.DataFrame, theory: pd.DataFrame,
+                       tcols=("t_rel_1e-1", "t_rel_1e-2", "t_rel_1e-3")) -> pd.DataFrame:
+    """One row per (model, lr, delta, regime, threshold): measured slope, interval, theory slope."""
+    df = runs.merge(summary, on="run_id").merge(theory[["run_id", "regime"]], on="run_id")
+    rows = []
+    keys = ["model", "model_kind", "lr", "delta", "K", "N", "regime"]
+    for key, g in df.groupby(keys, dropna=False):
+        rec = dict(zip(keys, key))
+        n_div = int(g["diverged"].sum())
+        g = g[~g["diverged"]]
+        for t in tcols:
+            s, lo, hi, n, miss = slope_with_bootstrap(g, t)
+            eps = float(t.split("_")[-1])
+            rows.append({**rec, "threshold": t, "slope": s, "ci_lo": lo, "ci_hi": hi, "n_runs": n,
+                         "n_not_reached": miss, "n_diverged": n_div, "n_L": g["L"].nunique(),
+                         "theory_slope": theory_slope(g["L"], rec["K"], rec["N"], rec["delta"], rec["lr"],
+                                                      rec["regime"], eps)
+                         if pd.notna(rec["K"]) and pd.notna(rec["regime"]) else np.nan})
+    return pd.DataFrame(rows)
+
+
+def stability_class(summary: pd.DataFrame, converged_rel: float = 1e-2) -> pd.Series:
+    """diverged (NaN/inf, or ended above its initial loss), converged (loss/loss0 <= 1e-2), else stalled."""
+    ratio = summary["final_train_loss"] / summary["loss0"]
+    out = np.where(summary["diverged"] | ~np.isfinite(ratio) | (ratio > 1.0), "diverged",
+                   np.where(ratio <= converged_rel, "converged", "stalled"))
+    return pd.Series(out, index=summary.index, name="stability")
+
+
+def max_stable_lr(runs: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
+    """Per (model, L): the largest learning rate at which no seed diverged, and at which all converged."""
+    df = runs.merge(summary, on="run_id")
+    df["stability"] = stability_class(df)
+    rows = []
+    for (model, L), g in df.groupby(["model", "L"]):
+        per_lr = g.groupby("lr")["stability"].agg(lambda s: set(s))
+        stable = [lr for lr, s in per_lr.items() if "diverged" not in s]
+        conv = [lr for lr, s in per_lr.items() if s == {"converged"}]
+        rows.append({"model": model, "L": L, "max_stable_lr": max(stable) if stable else np.nan,
+                     "max_converged_lr": max(conv) if conv else np.nan,
+                     "lrs_tried": len(per_lr)})
+    return pd.DataFrame(rows)
+
+
+def theory_clock(runs: pd.DataFrame) -> pd.Series:
+    """τ per epoch = η L² Δ² / K (LDL's time unit); multiply by the epoch."""
+    return runs["lr"] * runs["L"] ** 2 * runs["delta"] ** 2 / runs["K"]

@@ -1,0 +1,55 @@
+"""theory.parquet and theory_curves.parquet: the theory's prediction for every planned run, so
+reports and notebooks compare like with like (one row per run_id, as the measured tables)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from icl.data import features
+from icl.theory import ldl
+
+EPS = 1e-2   # the theorems' absolute accuracy ε used for T_star (unit constants)
+
+
+def ldl_rows(plan_runs: list[dict]) -> pd.DataFrame:
+    rows = []
+    for r in plan_runs:
+        s = r["spec"]
+        tok, task, model = s["tokens"], s["task"], s["model"]
+        row = {"run_id": r["run_id"], "regime": None, "L_star": np.nan, "delta_conc": np.nan,
+               "T1": np.nan, "T_star": np.nan, "n_phases_pred": pd.NA, "clock_per_epoch": np.nan}
+        if tok["kind"] == "discrete" and "L" in task:
+            K, N, D, L, eta = tok["K"], s["prompts"]["N"], tok["delta"], task["L"], model["lr"]
+            reg = ldl.regime(L, K, N, D)
+            row.update(regime=reg, L_star=ldl.L_star(K, N, D), delta_conc=ldl.delta_conc(K, N),
+                       T1=ldl.T1(K, eta, L, D),
+                       T_star=(ldl.T_flat if reg == "flat" else ldl.T_sharp)(K, N, eta, L, D, EPS),
+                       n_phases_pred=ldl.predicted_phases(reg), clock_per_epoch=eta * L**2 * D**2 / K)
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    df["n_phases_pred"] = df["n_phases_pred"].astype("Int64")
+    df["regime"] = df["regime"].astype("string")
+    return df
+
+
+def mean_field_rows(plan_runs: list[dict], log_epochs) -> pd.DataFrame:
+    """LDL mean-field loss and own-attention for softmax_q runs on discrete tokens with GD."""
+    parts = []
+    for r in plan_runs:
+        s = r["spec"]
+        tok, task, model = s["tokens"], s["task"], s["model"]
+        if not (model["kind"] == "softmax_q" and model["optimizer"] == "gd" and tok["kind"] == "discrete"
+                and task["kind"] == "cosine"):
+            continue
+        V = features(tok, s["seed"]).astype(float)
+        p = np.asarray(tok.get("probs") or np.full(tok["K"], 1.0 / tok["K"]))
+        loss, attn = ldl.mean_field_curve(V, p, task["L"], task["c"], model["lr"], s["train"]["epochs"])
+        ep = np.asarray(log_epochs(s["train"]["epochs"], s["train"]["log_every"]))
+        own = np.array([np.mean(np.diag(a)) for a in attn[ep]])
+        parts.append(pd.DataFrame({"run_id": r["run_id"], "epoch": np.tile(ep, 2),
+                                   "metric": np.repeat(["mean_field_loss", "mean_field_attn_own"], len(ep)),
+                                   "value": np.concatenate([loss[ep], own])}))
+    if not parts:
+        return pd.DataFrame({"run_id": pd.Series(dtype="string"), "epoch": pd.Series(dtype="int64"),
+                             "metric": pd.Series(dtype="string"), "value": pd.Series(dtype="float64")})
+    return pd.concat(parts, ignore_index=True)
