@@ -11,6 +11,8 @@ import os
 import numpy as np
 
 STREAM_FEATURES, STREAM_TRAIN, STREAM_TEST = 0, 1, 2
+STREAM_EVAL = 100_000        # + cell index: evaluation prompts under shift (icl.evaluate)
+STREAM_FRESH = 1_000_000     # + epoch: fresh training prompts
 
 
 def rng(seed: int, stream: int) -> np.random.Generator:
@@ -38,10 +40,23 @@ def sample_tokens(tokens: dict, feats, n_prompts: int, n_tok: int, g: np.random.
         if tokens.get("noise", 0.0) > 0:
             x = x + tokens["noise"] * g.standard_normal(x.shape)
         return x, idx
-    cov = tokens.get("covariance", "identity")
-    scale = np.ones(d) if cov == "identity" else np.sqrt(np.asarray(cov, dtype=float))
-    x = g.standard_normal((n_prompts, n_tok, d)) * scale
+    if tokens["kind"] == "random_covariance":
+        lam = tokens.get("scale", 1.0) * g.standard_exponential((n_prompts, 1, d))   # Λ_τ = diag(λ) per prompt
+        x = g.standard_normal((n_prompts, n_tok, d)) * np.sqrt(lam)
+        return x, np.full((n_prompts, n_tok), -1)
+    x = g.standard_normal((n_prompts, n_tok, d)) * np.sqrt(eigenvalues(tokens))
     return x, np.full((n_prompts, n_tok), -1)
+
+
+def eigenvalues(tokens: dict) -> np.ndarray:
+    """Eigenvalues of a gaussian token covariance: identity, a list, or 'skewed' (λ_i ∝ 1/i, trace d)."""
+    d, cov = tokens["d"], tokens.get("covariance", "identity")
+    if cov == "identity":
+        return np.ones(d)
+    if cov == "skewed":
+        lam = 1.0 / np.arange(1, d + 1)
+        return d * lam / lam.sum()
+    return np.asarray(cov, dtype=float)
 
 
 def sample_labels(task: dict, x: np.ndarray, g: np.random.Generator) -> np.ndarray:
@@ -65,12 +80,18 @@ def sample_labels(task: dict, x: np.ndarray, g: np.random.Generator) -> np.ndarr
     raise ValueError(f"task.kind: unknown {kind!r}")
 
 
-def make_split(spec: dict, feats, n_prompts: int, stream: int) -> dict:
+def make_split(spec: dict, feats, n_prompts: int, stream: int, N: int | None = None) -> dict:
+    """n_prompts prompts of N context tokens (default: the spec's N) and a query (last)."""
     g = rng(spec["seed"], stream)
-    n_tok = spec["prompts"]["N"] + 1                       # N context tokens + the query (last)
+    n_tok = (N or spec["prompts"]["N"]) + 1
     x, idx = sample_tokens(spec["tokens"], feats, n_prompts, n_tok, g)
     y = sample_labels(spec["task"], x, g)
     return {"x": x.astype(np.float32), "y": y.astype(np.float32), "feat": idx.astype(np.int16)}
+
+
+def fresh_batch(spec: dict, feats, epoch: int) -> dict:
+    """Training prompts drawn anew for one epoch (train.fresh): a stream of their own per epoch."""
+    return make_split(spec, feats, spec["prompts"]["train"], STREAM_FRESH + epoch)
 
 
 def make_dataset(spec: dict) -> dict:

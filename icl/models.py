@@ -149,7 +149,60 @@ class TransformerBlock:
         return loss.detach(), dict(zip(leaves, grads))
 
 
-MODELS = {m.kind: m for m in (SoftmaxQ, TransformerBlock)}
+class LSA:
+    """ZFB eq. (3.3): f(E) = E + W^PV E (E^T W^KQ E)/ρ, ŷ = f(E)[d+1, N+1], full (d+1)x(d+1)
+    matrices, all entries trained; ρ = the prompt's own number of context tokens (ZFB).
+
+    Only the query column is computed: with e_q = [x_q; 0] and E including the query column,
+    f(E) e_q-column = e_q + W^PV (sum_t e_t (e_t . W^KQ e_q)) / ρ.
+    Init (ZFB Assumption): W^PV(0) = σ e_{d+1} e_{d+1}^T, W^KQ(0) = σ [[ΘΘ^T, 0], [0, 0]] with
+    ΘΘ^T = I/√d (so ‖ΘΘ^T‖_F = 1), plus optional i.i.d. N(0, init_noise²) on every entry.
+    """
+
+    kind = "lsa"
+    uses_autograd = True
+
+    def __init__(self, spec: dict, d: int):
+        self.d = d
+        self.sigma = spec.get("init_scale", 0.3)
+        self.noise = spec.get("init_noise", 0.0)
+
+    def init(self, seeds, names, device, dtype=torch.float32) -> dict:
+        D = self.d + 1
+        pv, kq = [], []
+        for seed, name in zip(seeds, names):
+            g = init_rng(seed, name)
+            a = np.zeros((D, D))
+            a[-1, -1] = self.sigma
+            b = np.zeros((D, D))
+            b[:-1, :-1] = self.sigma * np.eye(self.d) / math.sqrt(self.d)
+            if self.noise:
+                a += self.noise * g.standard_normal((D, D))
+                b += self.noise * g.standard_normal((D, D))
+            pv.append(a)
+            kq.append(b)
+        return {"W_pv": torch.tensor(np.stack(pv), dtype=dtype, device=device),
+                "W_kq": torch.tensor(np.stack(kq), dtype=dtype, device=device)}
+
+    def forward(self, params, x, y):
+        e = torch.cat([x, y.unsqueeze(-1)], dim=-1).clone()
+        e[:, :, -1, -1] = 0.0                                           # the query's label is hidden
+        eq = e[:, :, -1]                                                # (R, B, D)
+        v = torch.einsum("rij,rbj->rbi", params["W_kq"], eq)
+        a = torch.einsum("rbtd,rbd->rbt", e, v)                         # e_t . W^KQ e_q over all columns
+        b = torch.einsum("rbt,rbtd->rbd", a, e) / (x.shape[2] - 1)
+        pred = torch.einsum("rj,rbj->rb", params["W_pv"][:, -1, :], b)  # last row of W^PV b (+ e_q's 0)
+        return pred, None
+
+    @staticmethod
+    def effective(params) -> torch.Tensor:
+        """B = w22^PV · (W11^KQ)^T: the matrix with ŷ = x_q^T B m̂ when w21 blocks are zero."""
+        return params["W_pv"][:, -1, -1, None, None] * params["W_kq"][:, :-1, :-1].transpose(1, 2)
+
+    loss_and_grads = TransformerBlock.loss_and_grads
+
+
+MODELS = {m.kind: m for m in (SoftmaxQ, TransformerBlock, LSA)}
 
 
 def build(spec: dict, d: int):

@@ -75,6 +75,7 @@ def shape_key(spec: dict) -> dict:
         "tokens": {"kind": tok["kind"], "d": tok["d"], "K": tok.get("K")},
         "prompts": spec["prompts"],
         "train": spec["train"],
+        "evaluate": spec.get("evaluate"),
     }
 
 
@@ -94,10 +95,11 @@ def expand(exp: dict) -> list[dict]:
         for k, v in zip(keys, values):
             apply_override(point, k, v)
         for model in point["models"]:
-            specs.append({
-                "tokens": point["tokens"], "task": point["task"], "prompts": point["prompts"],
-                "model": model, "train": point["train"], "seed": point["seed"],
-            })
+            spec = {"tokens": point["tokens"], "task": point["task"], "prompts": point["prompts"],
+                    "model": model, "train": point["train"], "seed": point["seed"]}
+            if point.get("evaluate"):
+                spec["evaluate"] = point["evaluate"]
+            specs.append(spec)
     return specs
 
 

@@ -23,7 +23,7 @@ import seaborn as sns  # noqa: E402
 import yaml  # noqa: E402
 from jinja2 import Environment, FileSystemLoader, select_autoescape  # noqa: E402
 
-from icl import report_ldl  # noqa: E402
+from icl import report_ldl, report_zfb  # noqa: E402
 from icl.provenance import code_hash, code_version, package_versions  # noqa: E402
 from icl.tables import read_parquet  # noqa: E402
 from icl.theory.ldl import L_star  # noqa: E402
@@ -124,7 +124,7 @@ def split_L(runs: pd.DataFrame, exp: dict) -> tuple[list, list, float | None, st
     return [L for L in Ls if L <= thr], [L for L in Ls if L > thr], thr, how
 
 
-def model_section(name, runs, tables, exp) -> dict:
+def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
     """Figures of one model. Diverged runs are left out of every curve and band, explicitly."""
     diverged = set(tables["summary"].loc[tables["summary"]["diverged"], "run_id"])
     r = runs[(runs["model"] == name) & ~runs["run_id"].isin(diverged)]
@@ -156,6 +156,9 @@ def model_section(name, runs, tables, exp) -> dict:
             maps.append(attention_maps_figure(attn, r, L, epochs_all))
     if n_div:
         how += f"; {n_div} diverged run(s) left out of these figures (listed above)"
+    if not ldl:
+        return {"name": name, "kind": r["model_kind"].iloc[0], "optimizer": r["optimizer"].iloc[0],
+                "split": how, "figures": figs, "maps": maps, "theory_figures": [], "verdicts": [], "mean_field": None}
     theory_figs = [f for f in (report_ldl.collapse_figure(tables, name), report_ldl.slope_figure(tables, name),
                                report_ldl.stability_figure(tables, name),
                                report_ldl.phase_diagram_figure(tables, name)) if f]
@@ -184,11 +187,18 @@ def attention_summary_figure(curves, runs) -> str:
 
 def render(experiment: str, exp: dict, results_dir: str, out_path: str) -> None:
     tabs = {k: read_parquet(os.path.join(results_dir, f"{k}.parquet"))
-            for k in ("runs", "curves", "attention", "summary", "theory", "theory_curves", "slopes", "stability")}
+            for k in ("runs", "curves", "attention", "matrices", "summary", "theory", "theory_curves", "slopes",
+                      "stability", "shift")}
+    zfb = None
+    if len(tabs["shift"]):
+        zfb = {"figures": [f for f in (report_zfb.error_vs_length_figure(tabs["shift"]), report_zfb.matrix_figure(tabs),
+                                       report_zfb.slope_figure(tabs["shift"])) if f],
+               "verdicts": report_zfb.verdicts(tabs), "notes": report_zfb.SOURCE_NOTES}
     runs = tabs["runs"]
     with open(os.path.join(results_dir, "shards.json")) as fh:
         shards = json.load(fh)
-    sections = [model_section(m, runs, tabs, exp) for m in runs["model"].unique()]
+    ldl = exp["task"]["kind"] in ("cosine", "polynomial")
+    sections = [model_section(m, runs, tabs, exp, ldl) for m in runs["model"].unique()]
     summ = runs[["run_id", "model", "L", "seed", "lr"]].merge(tabs["summary"], on="run_id")
     cols = ["model", "L", "seed", "lr", "loss0", "final_train_loss", "final_test_loss", "attn_own_final",
             "t_rel_1e-1", "t_rel_1e-2", "t_rel_1e-3", "diverged"]
@@ -199,7 +209,7 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str) -> None:
     devices = sorted({f"{s['device']} ({s['device_name']}, {s['threads']} threads)" for s in shards})
     html = TEMPLATES.get_template("report.html.j2").render(
         experiment=experiment, description=exp.get("description", ""), sections=sections,
-        task_kind=exp["task"]["kind"],
+        task_kind=exp["task"]["kind"], zfb=zfb, ldl=ldl,
         summary=summ.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="—", classes="tbl"),
         diverged=summ[summ["diverged"]].to_dict("records"),
         n_runs=len(runs), n_shards=len(shards),

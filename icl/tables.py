@@ -89,8 +89,8 @@ def shard_tables(sh: dict) -> dict[str, pd.DataFrame]:
     rid, ep = sh["run_id"].astype(str), sh["epoch"]
     R, E = len(rid), len(ep)
     curves = []
-    for metric in ("train_loss", "test_loss", "attn_own", "attn_entropy", "attn_knn"):
-        if metric not in sh or (metric == "attn_own" and sh["attn"].shape[-1] == 0):
+    for metric in ("train_loss", "test_loss", "attn_own", "attn_entropy", "attn_knn", "dist_target"):
+        if metric not in sh or (metric == "attn_own" and sh["attn"].shape[-1] == 0) or np.isnan(sh[metric]).all():
             continue
         vals = sh[metric]
         curves.append(pd.DataFrame({"run_id": np.repeat(rid, E), "epoch": np.tile(ep, R),
@@ -102,11 +102,18 @@ def shard_tables(sh: dict) -> dict[str, pd.DataFrame]:
     out["attention"] = pd.DataFrame({
         "run_id": rid[grid_r.ravel()], "epoch": ep[grid_e.ravel()],
         "query_feature": grid_j.ravel(), "key_feature": grid_k.ravel(), "attn": sh["attn"].ravel()})
-    Kq = sh["q_features"].shape[-1]
-    gr, ge, gi, gj = np.meshgrid(np.arange(R), np.arange(E), np.arange(Kq), np.arange(Kq), indexing="ij")
-    out["matrices"] = pd.DataFrame({
-        "run_id": rid[gr.ravel()], "epoch": ep[ge.ravel()], "name": "q_features",
-        "i": gi.ravel(), "j": gj.ravel(), "value": sh["q_features"].ravel()})
+    mats = []
+    for name in ("q_features", "effective"):
+        arr = sh.get(name)
+        if arr is None or arr.size == 0:
+            continue
+        a, b = arr.shape[-2:]
+        gr, ge, gi, gj = np.meshgrid(np.arange(R), np.arange(E), np.arange(a), np.arange(b), indexing="ij")
+        mats.append(pd.DataFrame({"run_id": rid[gr.ravel()], "epoch": ep[ge.ravel()], "name": name,
+                                  "i": gi.ravel(), "j": gj.ravel(), "value": arr.ravel()}))
+    out["matrices"] = pd.concat(mats, ignore_index=True) if mats else pd.DataFrame(
+        {"run_id": pd.Series(dtype="string"), "epoch": pd.Series(dtype="int64"), "name": pd.Series(dtype="string"),
+         "i": pd.Series(dtype="int64"), "j": pd.Series(dtype="int64"), "value": pd.Series(dtype="float64")})
     tl = sh["train_loss"]
     loss0 = tl[:, 0]
     ratio = tl / loss0[:, None]
@@ -125,6 +132,7 @@ def shard_tables(sh: dict) -> dict[str, pd.DataFrame]:
     summ["phase_ends"] = pd.Series([list(f[1]) for f in found], dtype="object")
     summ["test_loss0"] = sh["test_loss"][:, 0]
     summ["attn_knn_final"] = sh["attn_knn"][:, -1] if "attn_knn" in sh else np.nan
+    summ["dist_target_final"] = sh["dist_target"][:, -1] if "dist_target" in sh else np.nan
     if K:
         off = (sh["attn"].sum(axis=(2, 3)) - np.trace(sh["attn"], axis1=2, axis2=3)) / (K * (K - 1))
         summ["attn_off_final"] = off[:, -1]
@@ -139,7 +147,8 @@ def shard_tables(sh: dict) -> dict[str, pd.DataFrame]:
     return out
 
 
-def aggregate(runs_path: str, shard_paths: list[str], outdir: str) -> dict[str, pd.DataFrame]:
+def aggregate(runs_path: str, shard_paths: list[str], outdir: str,
+              shift_paths: list[str] | None = None) -> dict[str, pd.DataFrame]:
     """Concatenate all shards of an experiment into its tables, checking every run is present."""
     runs = read_parquet(runs_path)
     parts: dict[str, list] = {}
@@ -157,6 +166,15 @@ def aggregate(runs_path: str, shard_paths: list[str], outdir: str) -> dict[str, 
                      "device": str(sh["device"]), "device_name": str(sh["device_name"]),
                      "threads": int(sh["threads"]), "runs": len(sh["run_id"])})
     tables = {k: pd.concat(v, ignore_index=True) for k, v in parts.items()}
+    shift = [read_parquet(p) for p in shift_paths] if shift_paths else []
+    shift = [s for s in shift if len(s)]
+    if shift:
+        # baselines are evaluated in every shard that holds their prompts: keep one copy
+        tables["shift"] = pd.concat(shift, ignore_index=True).drop_duplicates(
+            subset=["predictor", "run_id", "eval_id", "N", "shift", "c", "M"], ignore_index=True)
+    else:
+        from icl.evaluate import COLUMNS
+        tables["shift"] = pd.DataFrame({c: pd.Series(dtype="float64") for c in COLUMNS})
     missing = set(runs["run_id"]) - set(tables["summary"]["run_id"])
     if missing:
         raise RuntimeError(f"{len(missing)} planned runs have no results (e.g. {sorted(missing)[0]}); "

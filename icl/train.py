@@ -14,7 +14,10 @@ import numpy as np
 import torch
 
 from icl import models, optim
-from icl.data import read_dataset
+from icl.data import fresh_batch, read_dataset
+from icl.evaluate import evaluate_shard
+from icl.tables import write_parquet
+from icl.theory.table import lsa_target
 from icl.provenance import code_hash, code_version
 
 
@@ -125,7 +128,12 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
         "attn_entropy": np.full((R, E), np.nan), "attn_knn": np.full((R, E), np.nan),
         "attn": np.full((R, E, K, K), np.nan) if K else np.zeros((R, E, 0, 0)),
         "q_features": np.full((R, E, K, K), np.nan) if (K and model.kind == "softmax_q") else np.zeros((R, E, 0, 0)),
+        "effective": np.full((R, E, tok["d"], tok["d"]), np.nan) if model.kind == "lsa" else np.zeros((R, E, 0, 0)),
+        "dist_target": np.full((R, E), np.nan),
     }
+    targets = [lsa_target(r["spec"]) for r in runs] if model.kind == "lsa" else []
+    target = torch.as_tensor(np.stack(targets), dtype=torch.float32, device=dev) \
+        if targets and all(t is not None for t in targets) else None
     active = torch.ones(R, dtype=torch.bool, device=dev)
     diverged_at = np.full(R, -1)
     start, elapsed0 = 0, 0.0
@@ -159,10 +167,17 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
             logs["train_loss"][:, epoch_pos] = (0.5 * ((pred - ytr[:, :, -1]) ** 2).mean(1)).cpu().numpy()
             pte, _ = model.forward(params, xte, yte)
             logs["test_loss"][:, epoch_pos] = (0.5 * ((pte - yte[:, :, -1]) ** 2).mean(1)).cpu().numpy()
-            ent = -(a * torch.log(a.clamp_min(1e-30))).sum(-1).mean(1)
-            logs["attn_entropy"][:, epoch_pos] = ent.cpu().numpy()
-            logs["attn_knn"][:, epoch_pos] = torch.gather(a, 2, knn).sum(-1).mean(1).cpu().numpy()
-            if K:
+            if model.kind == "lsa":
+                B = model.effective(params)
+                logs["effective"][:, epoch_pos] = B.cpu().numpy()
+                if target is not None:
+                    dist = torch.linalg.norm(B - target, dim=(1, 2)) / torch.linalg.norm(target, dim=(1, 2))
+                    logs["dist_target"][:, epoch_pos] = dist.cpu().numpy()
+            if a is not None:
+                ent = -(a * torch.log(a.clamp_min(1e-30))).sum(-1).mean(1)
+                logs["attn_entropy"][:, epoch_pos] = ent.cpu().numpy()
+                logs["attn_knn"][:, epoch_pos] = torch.gather(a, 2, knn).sum(-1).mean(1).cpu().numpy()
+            if K and a is not None:
                 amap = attention_map(a, ftr[:, :, :-1], ftr[:, :, -1], K)
                 logs["attn"][:, epoch_pos] = amap.cpu().numpy()
                 logs["attn_own"][:, epoch_pos] = torch.diagonal(amap, dim1=1, dim2=2).nanmean(-1).cpu().numpy()
@@ -183,12 +198,16 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
             evaluate(pos[epoch])
         if epoch == epochs:
             break
+        if tr.get("fresh"):
+            xfull, yfull = fresh_data(runs, cache, epoch, dev)
+        else:
+            xfull, yfull = xtr, ytr
         for idx in batch_index(seeds, epoch, M, batch):
             if batch >= M:
-                xb, yb = xtr, ytr
+                xb, yb = xfull, yfull
             else:
                 it = torch.as_tensor(np.ascontiguousarray(idx), device=dev)
-                xb, yb = xtr[ar, it], ytr[ar, it]
+                xb, yb = xfull[ar, it], yfull[ar, it]
             loss, grads = model.loss_and_grads(params, xb, yb)
             bad = ~torch.isfinite(loss)
             for g in grads.values():
@@ -206,6 +225,8 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
                           "elapsed": elapsed0 + time.time() - t0}, ckpt_path)
     prog.update(epochs, start, int(active.sum()), R, force=True)
     seconds = elapsed0 + time.time() - t0
+    shift = evaluate_shard(runs, cache, model, params, active, dev, label)
+    write_parquet(shift, shift_path(out_path))
     out = {
         "run_id": np.asarray(run_ids), "epoch": log_at, "diverged_at": diverged_at,
         "seconds": np.asarray(seconds), "device": np.asarray(str(dev)),
@@ -213,6 +234,7 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
         "threads": np.asarray(torch.get_num_threads()),
         "code_version": np.asarray(code_version()), "code_hash": np.asarray(code_hash()),
         **logs,
+        **{f"param_{k}": v.detach().cpu().numpy() for k, v in params.items()},
     }
     tmp = out_path + ".tmp.npz"
     np.savez(tmp, **out)
@@ -220,6 +242,18 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
     if os.path.exists(ckpt_path):
         os.remove(ckpt_path)
     return out
+
+
+def shift_path(out_path: str) -> str:
+    """Where a shard's evaluation under shift goes, next to its .npz."""
+    return out_path[: -len(".npz")] + ".shift.parquet" if out_path.endswith(".npz") else out_path + ".shift.parquet"
+
+
+def fresh_data(runs, cache, epoch: int, dev):
+    """train.fresh: new training prompts for every run, drawn from its own stream for this epoch."""
+    parts = [fresh_batch(r["spec"], cache[r["data_id"]]["features"], epoch) for r in runs]
+    return (torch.from_numpy(np.stack([p["x"] for p in parts])).to(dev),
+            torch.from_numpy(np.stack([p["y"] for p in parts])).to(dev))
 
 
 def _cpu_name() -> str:

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from icl.data import features
-from icl.theory import ldl
+from icl.theory import ldl, lsa
 
 EPS = 1e-2   # the theorems' absolute accuracy ε used for T_star (unit constants)
 
@@ -30,6 +30,36 @@ def ldl_rows(plan_runs: list[dict]) -> pd.DataFrame:
     df["n_phases_pred"] = df["n_phases_pred"].astype("Int64")
     df["regime"] = df["regime"].astype("string")
     return df
+
+
+def lsa_target(spec: dict):
+    """The LSA optimum's effective matrix for a run's training distribution (None if no theory)."""
+    tok, N = spec["tokens"], spec["prompts"]["N"]
+    if spec["task"]["kind"] != "linear":
+        return None
+    if tok["kind"] == "gaussian":
+        from icl.data import eigenvalues
+        return lsa.optimal_B(eigenvalues(tok), N)
+    if tok["kind"] == "random_covariance":
+        return lsa.random_cov_optimal_B(tok["d"], N, tok.get("scale", 1.0))
+    return None
+
+
+def lsa_rows(plan_runs: list[dict]) -> pd.DataFrame:
+    """target (flattened effective matrix) and the optimum's in-distribution test error at length N."""
+    rows = []
+    for r in plan_runs:
+        s = r["spec"]
+        B = lsa_target(s)
+        mse = np.nan
+        if B is not None:
+            tok, N = s["tokens"], s["prompts"]["N"]
+            from icl.data import eigenvalues
+            mse = lsa.risk(B, eigenvalues(tok), N) if tok["kind"] == "gaussian" else \
+                lsa.random_cov_risk(B, tok["d"], N, scale=tok.get("scale", 1.0))
+        rows.append({"run_id": r["run_id"], "target": None if B is None else B.ravel().tolist(),
+                     "theory_test_mse": mse, "theory_test_loss": 0.5 * mse})
+    return pd.DataFrame(rows)
 
 
 def mean_field_rows(plan_runs: list[dict], log_epochs) -> pd.DataFrame:

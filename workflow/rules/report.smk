@@ -2,7 +2,7 @@ rule report:
     input:
         plan="results/{exp}/plan.json",
         tables=expand("results/{{exp}}/{t}.parquet", t=["runs", "curves", "attention", "matrices", "summary",
-                                                      "theory", "theory_curves", "slopes", "stability"]),
+                                                      "theory", "theory_curves", "slopes", "stability", "shift"]),
     output:
         "reports/{exp}.html",
     params:

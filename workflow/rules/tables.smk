@@ -3,7 +3,7 @@ rule tables:
         runs="results/{exp}/runs.parquet",
         shards=lambda w: expand("results/{exp}/shards/{s}.npz", exp=w.exp, s=shard_names(w.exp)),
     output:
-        expand("results/{{exp}}/{t}.parquet", t=["curves", "attention", "matrices", "summary"]),
+        expand("results/{{exp}}/{t}.parquet", t=["curves", "attention", "matrices", "summary", "shift"]),
         "results/{exp}/shards.json",
     params:
         code=code_trigger(),

@@ -5,7 +5,8 @@ rule train:
         plan="results/{exp}/plan.json",
         prompts=lambda w: expand("results/{exp}/prompts/{d}.npz", exp=w.exp, d=shard_data(w.exp, w.shard)),
     output:
-        "results/{exp}/shards/{shard}.npz",
+        shard="results/{exp}/shards/{shard}.npz",
+        shift="results/{exp}/shards/{shard}.shift.parquet",
     threads: 2
     resources:
         mem_mb=lambda w: shard_mem_mb(w.exp, w.shard),
@@ -15,4 +16,4 @@ rule train:
         "logs/{exp}/train/{shard}.log",
     shell:
         "{PY} -m icl train --plan {input.plan} --shard {wildcards.shard} "
-        "--prompts-dir results/{wildcards.exp}/prompts --out {output} --threads {threads} 2> {log}"
+        "--prompts-dir results/{wildcards.exp}/prompts --out {output.shard} --threads {threads} 2> {log}"

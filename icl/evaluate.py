@@ -1,0 +1,166 @@
+"""Evaluation under shift (ZFB): every trained model of a shard and every baseline, on the same
+test prompts, over test lengths M and shifts; one row per (predictor, shift, c, M).
+
+Baselines: OLS (minimum norm), ridge, a Nadaraya-Watson kernel smoother (what softmax
+attention approximates), and the closed-form LSA optimum with no training ("lsa_limit"). Rows of
+trained LSA runs and of lsa_limit carry the theory's exact MSE and slope (icl.theory.lsa).
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pandas as pd
+import torch
+
+from icl.data import STREAM_EVAL, eigenvalues, rng, sample_labels, sample_tokens
+from icl.plan import stable_hash
+from icl.theory import lsa
+
+COLUMNS = ["predictor", "model_kind", "run_id", "eval_id", "N", "shift", "c", "M", "mse", "mse_se", "slope",
+           "slope_se", "theory_mse", "theory_slope"]
+
+
+def cells(ev: dict) -> list[tuple[str, float | None]]:
+    out = []
+    for sh in ev["shifts"]:
+        if sh["kind"] == "none":
+            out.append(("none", None))
+        else:
+            out += [(sh["kind"], float(c)) for c in sh.get("c", [1.0])]
+    return out
+
+
+def eval_id(spec: dict) -> str:
+    """Evaluation prompts depend on the data distribution, the evaluate section and the seed only."""
+    return stable_hash({k: spec[k] for k in ("tokens", "task", "evaluate", "seed")})
+
+
+def eval_prompts(spec: dict, feats, kind: str, c, M: int, stream: int):
+    """P prompts of M context tokens and a query (last), shifted as the cell says; float64."""
+    tok, P = dict(spec["tokens"]), spec["evaluate"]["prompts"]
+    g = rng(spec["seed"], STREAM_EVAL + stream)
+    if kind in ("random_covariance", "random_covariance_indep_query"):
+        tok = {"kind": "random_covariance", "d": tok["d"], "scale": c}
+    x, _ = sample_tokens(tok, feats, P, M + 1, g)
+    if kind == "scale":
+        x = c * x
+    elif kind == "query_only":
+        x[:, -1] *= c
+    elif kind == "random_covariance_indep_query":
+        x[:, -1] = np.sqrt(c) * g.standard_normal((P, tok["d"]))
+    y = sample_labels(spec["task"], x, g)
+    return x, y
+
+
+def lsa_optimum(spec: dict):
+    """(B, train_kind, scale or eigenvalues) of the LSA optimum for the run's training distribution."""
+    tok, N = spec["tokens"], spec["prompts"]["N"]
+    if tok["kind"] == "gaussian":
+        lam = eigenvalues(tok)
+        return lsa.optimal_B(lam, N), "gaussian", lam
+    if tok["kind"] == "random_covariance":
+        return lsa.random_cov_optimal_B(tok["d"], N, tok.get("scale", 1.0)), "random_covariance", tok.get("scale", 1.0)
+    return None, None, None
+
+
+def theory_cell(spec: dict, kind: str, c, M: int):
+    """(mse, slope) of the LSA optimum on this cell, exact at finite N and M (NaN where none)."""
+    if spec["task"]["kind"] != "linear":
+        return np.nan, np.nan
+    B, tk, par = lsa_optimum(spec)
+    if B is None:
+        return np.nan, np.nan
+    d = spec["tokens"]["d"]
+    if kind in ("random_covariance", "random_covariance_indep_query"):
+        q = None if kind == "random_covariance" else c * np.eye(d)
+        return lsa.random_cov_risk(B, d, M, scale=c, Lam_query=q), lsa.random_cov_slope(B, d, scale=c, Lam_query=q)
+    if tk == "gaussian":
+        lam = np.asarray(par) * (c * c if kind == "scale" else 1.0)
+        q = lam * c * c if kind == "query_only" else lam
+        return lsa.risk(B, lam, M, Lam_query=q), lsa.slope(B, lam, Lam_query=q)
+    s = par * (c * c if kind == "scale" else 1.0)            # random-covariance training, scaled tokens
+    if kind == "query_only":
+        return np.nan, np.nan
+    return lsa.random_cov_risk(B, d, M, scale=s), lsa.random_cov_slope(B, d, scale=s)
+
+
+def _stats(pred: np.ndarray, y: np.ndarray):
+    """MSE, its standard error, the slope Σŷy/Σy² (regression through the origin, as the theory's
+    E[ŷy]/E[y²]) and the slope's heteroskedasticity-robust standard error sqrt(Σ r²y²)/Σy²."""
+    err = (pred - y) ** 2
+    n = err.shape[-1]
+    yy = (y * y).sum(-1)
+    slope = (pred * y).sum(-1) / yy
+    resid = pred - slope[..., None] * y
+    slope_se = np.sqrt((resid * resid * y * y).sum(-1)) / yy
+    return err.mean(-1), err.std(-1, ddof=1) / np.sqrt(n), slope, slope_se
+
+
+def baselines(x: np.ndarray, y: np.ndarray, ridge: float) -> dict:
+    """Predictions of the query's label from the context alone: x (P, M+1, d), y (P, M+1)."""
+    X, t, xq = x[:, :-1], y[:, :-1], x[:, -1]
+    d = X.shape[-1]
+    XtX = np.einsum("pmi,pmj->pij", X, X)
+    Xty = np.einsum("pmi,pm->pi", X, t)
+    w_ols = np.einsum("pij,pj->pi", np.linalg.pinv(XtX, hermitian=True), Xty)   # = pinv(X) y: minimum norm
+    w_ridge = np.linalg.solve(XtX + ridge * np.eye(d), Xty[..., None])[..., 0]
+    dist2 = ((X - xq[:, None]) ** 2).sum(-1)
+    h2 = np.median(dist2, axis=1, keepdims=True) + 1e-12    # bandwidth: median squared distance
+    logits = -dist2 / h2
+    wts = np.exp(logits - logits.max(1, keepdims=True))
+    nw = (wts * t).sum(1) / wts.sum(1)
+    return {"ols": (xq * w_ols).sum(-1), "ridge": (xq * w_ridge).sum(-1), "nadaraya_watson": nw}
+
+
+def evaluate_shard(runs, cache, model, params, active, dev, label="shard") -> pd.DataFrame:
+    """All rows of shift.parquet that this shard contributes (empty without an evaluate section)."""
+    spec0 = runs[0]["spec"]
+    ev = spec0.get("evaluate")
+    if not ev:
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in COLUMNS})
+    rows = []
+    live = active.cpu().numpy()
+    for ci, (kind, c) in enumerate(cells(ev)):
+        for li, M in enumerate(ev["lengths"]):
+            stream = 1000 * ci + li
+            data = [eval_prompts(r["spec"], cache[r["data_id"]]["features"], kind, c, M, stream) for r in runs]
+            x = torch.as_tensor(np.stack([d[0] for d in data]), dtype=torch.float32, device=dev)
+            y = torch.as_tensor(np.stack([d[1] for d in data]), dtype=torch.float32, device=dev)
+            with torch.no_grad():
+                pred = model.forward(params, x, y)[0].double().cpu().numpy()
+            target = np.stack([d[1][:, -1] for d in data])
+            mse, se, slope, slope_se = _stats(pred, target)
+            cval = np.nan if c is None else c
+            for i, r in enumerate(runs):
+                th = theory_cell(r["spec"], kind, c if c is not None else 1.0, M) if model.kind == "lsa" else (np.nan, np.nan)
+                rows.append({"predictor": r["spec"]["model"]["name"], "model_kind": model.kind, "run_id": r["run_id"],
+                             "eval_id": eval_id(r["spec"]), "N": r["spec"]["prompts"]["N"], "shift": kind, "c": cval,
+                             "M": M, "mse": mse[i] if live[i] else np.nan, "mse_se": se[i] if live[i] else np.nan,
+                             "slope": slope[i] if live[i] else np.nan, "slope_se": slope_se[i] if live[i] else np.nan,
+                             "theory_mse": th[0], "theory_slope": th[1]})
+            done = set()
+            for i, r in enumerate(runs):                      # baselines once per distinct prompt set
+                key = (eval_id(r["spec"]), r["spec"]["prompts"]["N"])
+                if key in done:
+                    continue
+                done.add(key)
+                xs, ys = data[i][0], data[i][1]
+                preds = baselines(xs, ys, ev.get("ridge", 0.1))
+                B, _, _ = lsa_optimum(r["spec"])
+                if B is not None and r["spec"]["task"]["kind"] == "linear":
+                    preds["lsa_limit"] = lsa.lsa_predict(B, xs[:, :-1], ys[:, :-1], xs[:, -1])
+                for name, p in preds.items():
+                    m, s_, sl, sl_se = _stats(p[None], ys[None, :, -1])
+                    th = theory_cell(r["spec"], kind, c if c is not None else 1.0, M) if name == "lsa_limit" \
+                        else (np.nan, np.nan)
+                    rows.append({"predictor": name, "model_kind": "baseline", "run_id": None,
+                                 "eval_id": key[0], "N": key[1] if name == "lsa_limit" else None,
+                                 "shift": kind, "c": cval, "M": M, "mse": m[0], "mse_se": s_[0], "slope": sl[0],
+                                 "slope_se": sl_se[0],
+                                 "theory_mse": th[0], "theory_slope": th[1]})
+        print(f"[{label}] evaluated shift {kind} c={c}", file=sys.stderr, flush=True)
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    df["N"] = df["N"].astype("Int64")
+    df["run_id"] = df["run_id"].astype("string")
+    return df
