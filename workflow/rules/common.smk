@@ -47,5 +47,5 @@ rule plan:
     log:
         "logs/{exp}/plan.log",
     shell:
-        "{PY} -m icl plan --experiment {wildcards.exp} --spec {params.spec} "
+        "OMP_NUM_THREADS={threads} {PY} -m icl plan --experiment {wildcards.exp} --spec {params.spec} "
         "--runs {output.runs} --plan {output.plan} 2> {log}"

@@ -8,4 +8,4 @@ rule prompts:
     log:
         "logs/{exp}/prompts/{data_id}.log",
     shell:
-        "{PY} -m icl prompts --plan {input.plan} --data-id {wildcards.data_id} --out {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} {PY} -m icl prompts --plan {input.plan} --data-id {wildcards.data_id} --out {output} 2> {log}"

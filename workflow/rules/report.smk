@@ -10,7 +10,7 @@ rule report:
     log:
         "logs/{exp}/report.log",
     shell:
-        "{PY} -m icl report --plan {input.plan} --results results/{wildcards.exp} --out {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} {PY} -m icl report --plan {input.plan} --results results/{wildcards.exp} --out {output} 2> {log}"
 
 
 rule index:
@@ -24,4 +24,4 @@ rule index:
     log:
         "logs/index.log",
     shell:
-        "{PY} -m icl index --experiments {params.experiments} --out {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} {PY} -m icl index --experiments {params.experiments} --out {output} 2> {log}"

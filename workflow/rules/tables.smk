@@ -10,4 +10,4 @@ rule tables:
     log:
         "logs/{exp}/tables.log",
     shell:
-        "{PY} -m icl tables --runs {input.runs} --outdir results/{wildcards.exp} {input.shards} 2> {log}"
+        "OMP_NUM_THREADS={threads} {PY} -m icl tables --runs {input.runs} --outdir results/{wildcards.exp} {input.shards} 2> {log}"

@@ -10,7 +10,7 @@ rule theory:
     log:
         "logs/{exp}/theory.log",
     shell:
-        "{PY} -m icl theory --plan {input.plan} --out {output.theory} --curves {output.curves} 2> {log}"
+        "OMP_NUM_THREADS={threads} {PY} -m icl theory --plan {input.plan} --out {output.theory} --curves {output.curves} 2> {log}"
 
 
 # Measurements across runs: convergence-time slopes with bootstrap intervals, stability classes.
@@ -27,4 +27,4 @@ rule analysis:
     log:
         "logs/{exp}/analysis.log",
     shell:
-        "{PY} -m icl analysis --results results/{wildcards.exp} 2> {log}"
+        "OMP_NUM_THREADS={threads} {PY} -m icl analysis --results results/{wildcards.exp} 2> {log}"

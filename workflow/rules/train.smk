@@ -15,5 +15,5 @@ rule train:
     log:
         "logs/{exp}/train/{shard}.log",
     shell:
-        "{PY} -m icl train --plan {input.plan} --shard {wildcards.shard} "
+        "OMP_NUM_THREADS={threads} {PY} -m icl train --plan {input.plan} --shard {wildcards.shard} "
         "--prompts-dir results/{wildcards.exp}/prompts --out {output.shard} --threads {threads} 2> {log}"
