@@ -3,7 +3,7 @@ CORES ?= all
 .PHONY: run test setup
 
 run: setup
-	.venv/bin/snakemake --cores $(CORES)
+	.venv/bin/snakemake --cores $(CORES) --workflow-profile workflow/profiles/default
 
 test: setup
 	.venv/bin/python -m pytest

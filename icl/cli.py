@@ -112,6 +112,13 @@ def cmd_index(args) -> None:
     render_index(json.loads(args.experiments), args.out)
 
 
+def cmd_timing(args) -> None:
+    from icl.timing import summary_line, timing_table
+    df = timing_table(args.logs, args.experiment)
+    print(df.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+    print(summary_line(df))
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="icl", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -160,6 +167,10 @@ def main(argv=None) -> None:
     s.add_argument("--experiments", required=True, help="JSON mapping name -> experiment")
     s.add_argument("--out", required=True)
     s.set_defaults(fn=cmd_index)
+    s = sub.add_parser("timing", help="where the time went: Snakemake benchmark files summed by step")
+    s.add_argument("experiment", nargs="?")
+    s.add_argument("--logs", default="logs")
+    s.set_defaults(fn=cmd_timing)
     args = p.parse_args(argv)
     from icl.config import ConfigError
     try:

@@ -24,6 +24,7 @@ import yaml  # noqa: E402
 from jinja2 import Environment, FileSystemLoader, select_autoescape  # noqa: E402
 
 from icl import report_ldl, report_zfb  # noqa: E402
+from icl.timing import summary_line, timing_table  # noqa: E402
 from icl.provenance import code_hash, code_version, package_versions  # noqa: E402
 from icl.tables import read_parquet  # noqa: E402
 from icl.theory.ldl import L_star  # noqa: E402
@@ -207,6 +208,8 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str) -> None:
     versions = [f"{v} (source {h}, {n} runs)" for v, h, n in trained.itertuples(index=False)]
     stale = sorted(set(trained["code_hash"]) - {code_hash()})
     devices = sorted({f"{s['device']} ({s['device_name']}, {s['threads']} threads)" for s in shards})
+    logs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(results_dir))), "logs")
+    tim = timing_table(logs, experiment)
     html = TEMPLATES.get_template("report.html.j2").render(
         experiment=experiment, description=exp.get("description", ""), sections=sections,
         task_kind=exp["task"]["kind"], zfb=zfb, ldl=ldl,
@@ -216,6 +219,8 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str) -> None:
         train_seconds=sum(s["seconds"] for s in shards), devices=devices,
         config=yaml.safe_dump({experiment: exp}, sort_keys=False), versions=versions,
         report_version=f"{code_version()} (source {code_hash()})", stale=stale, packages=package_versions(),
+        timing=tim.to_html(index=False, float_format=lambda v: f"{v:.2f}", classes="tbl") if len(tim) else "",
+        timing_line=summary_line(tim),
         generated=dt.datetime.now().isoformat(timespec="seconds"))
     _write(out_path, html)
 

@@ -100,6 +100,9 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
     if threads:
         torch.set_num_threads(threads)
     dev = pick_device(device)
+    print(f"[{label}] {len(runs)} runs on {dev}"
+          + (f" ({torch.cuda.get_device_name(dev)}, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
+             if dev.type == "cuda" else f" ({torch.get_num_threads()} threads)"), file=sys.stderr, flush=True)
     spec0 = runs[0]["spec"]
     R = len(runs)
     tok, tr = spec0["tokens"], spec0["train"]

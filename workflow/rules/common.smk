@@ -34,7 +34,8 @@ def data_ids(exp):
 def shard_mem_mb(exp, shard):
     from icl.plan import run_bytes
     members = [r for r in PLANS[exp] if r.shard == shard]
-    return 500 + sum(run_bytes(r.spec) for r in members) // 2**20
+    # the job runs Snakemake twice on a cluster (~170 MB each) besides the training process
+    return 1500 + sum(run_bytes(r.spec) for r in members) // 2**20
 
 
 rule plan:
@@ -44,6 +45,8 @@ rule plan:
     params:
         spec=lambda w: experiment_spec(w.exp),
         code=code_trigger(),
+    benchmark:
+        "logs/{exp}/benchmark/plan.tsv"
     log:
         "logs/{exp}/plan.log",
     shell:

@@ -1,10 +1,12 @@
 rule prompts:
     input:
-        plan="results/{exp}/plan.json",
+        plan=ancient("results/{exp}/plan.json"),
     output:
         "results/{exp}/prompts/{data_id}.npz",
     params:
         code=code_trigger(),
+    benchmark:
+        "logs/{exp}/benchmark/prompts/{data_id}.tsv"
     log:
         "logs/{exp}/prompts/{data_id}.log",
     shell:

@@ -7,6 +7,8 @@ rule report:
         "reports/{exp}.html",
     params:
         code=code_trigger(),
+    benchmark:
+        "logs/{exp}/benchmark/report.tsv"
     log:
         "logs/{exp}/report.log",
     shell:

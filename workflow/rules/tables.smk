@@ -7,6 +7,8 @@ rule tables:
         "results/{exp}/shards.json",
     params:
         code=code_trigger(),
+    benchmark:
+        "logs/{exp}/benchmark/tables.tsv"
     log:
         "logs/{exp}/tables.log",
     shell:

@@ -7,6 +7,8 @@ rule theory:
         curves="results/{exp}/theory_curves.parquet",
     params:
         code=code_trigger(),
+    benchmark:
+        "logs/{exp}/benchmark/theory.tsv"
     log:
         "logs/{exp}/theory.log",
     shell:
@@ -24,6 +26,8 @@ rule analysis:
         stability="results/{exp}/stability.parquet",
     params:
         code=code_trigger(),
+    benchmark:
+        "logs/{exp}/benchmark/analysis.tsv"
     log:
         "logs/{exp}/analysis.log",
     shell:

@@ -1,8 +1,10 @@
 # One job per shard: all runs of the shard train together as one vectorized ensemble. The job
 # picks its device itself (CUDA when visible, else CPU) and uses `threads` CPU threads.
+# plan.json is `ancient`: a shard's name is a hash of its runs, so extending a sweep adds new
+# shards and leaves finished ones alone instead of retraining everything.
 rule train:
     input:
-        plan="results/{exp}/plan.json",
+        plan=ancient("results/{exp}/plan.json"),
         prompts=lambda w: expand("results/{exp}/prompts/{d}.npz", exp=w.exp, d=shard_data(w.exp, w.shard)),
     output:
         shard="results/{exp}/shards/{shard}.npz",
@@ -12,6 +14,8 @@ rule train:
         mem_mb=lambda w: shard_mem_mb(w.exp, w.shard),
     params:
         code=code_trigger(),
+    benchmark:
+        "logs/{exp}/benchmark/train/{shard}.tsv"
     log:
         "logs/{exp}/train/{shard}.log",
     shell:

@@ -1,0 +1,39 @@
+"""Where the time goes: Snakemake's per-job `benchmark:` files aggregated by step.
+
+    icl timing            # every experiment under logs/
+    icl timing ldl_cosine
+"""
+from __future__ import annotations
+
+import glob
+import os
+
+import pandas as pd
+
+
+def timing_table(logs: str = "logs", experiment: str | None = None) -> pd.DataFrame:
+    """One row per (experiment, step): jobs, wall seconds summed over jobs, peak RSS."""
+    rows = []
+    pattern = os.path.join(logs, experiment or "*", "benchmark", "**", "*.tsv")
+    for path in glob.glob(pattern, recursive=True):
+        rel = os.path.relpath(path, logs).split(os.sep)
+        exp, step = rel[0], rel[2].removesuffix(".tsv")
+        try:
+            b = pd.read_csv(path, sep="\t")
+        except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError):
+            continue
+        rows.append({"experiment": exp, "step": step, "seconds": float(b["s"].iloc[-1]),
+                     "max_rss_mb": float(pd.to_numeric(b["max_rss"], errors="coerce").iloc[-1])})
+    if not rows:
+        return pd.DataFrame(columns=["experiment", "step", "jobs", "seconds", "share", "max_rss_mb"])
+    df = pd.DataFrame(rows).groupby(["experiment", "step"]).agg(
+        jobs=("seconds", "size"), seconds=("seconds", "sum"), max_rss_mb=("max_rss_mb", "max")).reset_index()
+    df["share"] = df["seconds"] / df["seconds"].sum()
+    return df.sort_values(["experiment", "seconds"], ascending=[True, False])
+
+
+def summary_line(df: pd.DataFrame) -> str:
+    total = df["seconds"].sum()
+    train = df.loc[df["step"] == "train", "seconds"].sum()
+    return (f"{total:.1f} s of job time, {train:.1f} s training ({100 * train / total:.0f}%), "
+            f"{total - train:.1f} s in planning, data, tables, theory and reports") if total else "no benchmark files"
