@@ -115,6 +115,27 @@ def test_malformed_config_stops_before_any_job(tmp_path, text, words):
     assert (tmp_path / "results" / "keep.txt").read_text() == "old result"
 
 
+def _bad_configs():
+    """The 30 malformed configs of test_config.py, as files a user would write."""
+    import copy
+    from conftest import TINY
+    from test_config import BAD, _set
+    return [(yaml.safe_dump(_set(copy.deepcopy(TINY), p, v)), words[0]) for p, v, words in BAD]
+
+
+@pytest.mark.parametrize("text,key", _bad_configs(), ids=[k for _, k in _bad_configs()])
+def test_each_malformed_config_refused_by_the_workflow(tmp_path, text, key):
+    """Every one of them through `snakemake -n`: non-zero exit, one line naming the key, no
+    traceback, results/ untouched."""
+    (tmp_path / "c.yaml").write_text(text)
+    (tmp_path / "results").mkdir()
+    res = subprocess.run(_cmd(tmp_path, "-n"), capture_output=True, text=True, timeout=120)
+    err = res.stderr.strip()
+    assert res.returncode != 0 and err.startswith("config error: " + key), err
+    assert len(err.splitlines()) == 1 and "Traceback" not in res.stderr + res.stdout
+    assert list((tmp_path / "results").iterdir()) == []
+
+
 def _truncate(path: Path) -> None:
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
