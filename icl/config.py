@@ -98,9 +98,9 @@ def _fill_defaults(node: Any, schema: dict) -> Any:
     return node
 
 
-def _check_experiment(name: str, exp: dict) -> None:
-    """Checks that need more than one field at a time."""
-    where = f"experiments.{name}"
+def check_experiment(exp: dict, name: str | None = None) -> None:
+    """Checks that need more than one field at a time (also run on every point of a sweep)."""
+    where = f"experiments.{name}" if name else "experiment"
     tok = exp["tokens"]
     if tok["kind"] == "discrete":
         if tok.get("features", "orthogonal") == "orthogonal" and tok["K"] > tok["d"]:
@@ -144,7 +144,7 @@ def _sweep_values_ok(name: str, exp: dict) -> None:
             except ConfigError as e:
                 raise ConfigError(f"experiments.{name}.sweep.{key}: value {value!r} is invalid: {e}") from None
             try:
-                _check_experiment(name, _fill_defaults({"experiments": {name: trial}}, SCHEMA)["experiments"][name])
+                check_experiment(_fill_defaults({"experiments": {name: trial}}, SCHEMA)["experiments"][name], name)
             except ConfigError as e:
                 raise ConfigError(f"experiments.{name}.sweep.{key}: value {value!r} is invalid: {e}") from None
 
@@ -160,7 +160,7 @@ def validate(raw: dict) -> dict:
     _schema_errors(cfg)
     cfg = _fill_defaults(cfg, SCHEMA)
     for name, exp in cfg["experiments"].items():
-        _check_experiment(name, exp)
+        check_experiment(exp, name)
         _sweep_values_ok(name, exp)
     return cfg
 

@@ -23,6 +23,8 @@ def features(tokens: dict, seed: int) -> np.ndarray:
     """K feature vectors in R^d with pairwise distance delta (orthogonal) or min distance delta (random)."""
     K, d, delta = tokens["K"], tokens["d"], tokens["delta"]
     if tokens.get("features", "orthogonal") == "orthogonal":
+        if K > d:
+            raise ValueError(f"tokens: K={K} orthogonal features need d >= K, got d={d}")
         return delta / np.sqrt(2.0) * np.eye(K, d)
     v = rng(seed, STREAM_FEATURES).standard_normal((K, d))
     dist = np.linalg.norm(v[:, None] - v[None], axis=-1)

@@ -26,7 +26,7 @@ class SoftmaxQ:
     """
 
     kind = "softmax_q"
-    uses_autograd = False
+    has_attention = True
 
     def __init__(self, spec: dict, d: int):
         self.d = d
@@ -72,7 +72,7 @@ class TransformerBlock:
     """
 
     kind = "transformer_block"
-    uses_autograd = True
+    has_attention = True
     eps = 1e-5
 
     def __init__(self, spec: dict, d: int):
@@ -117,14 +117,18 @@ class TransformerBlock:
 
     def _features(self, x, y):
         """token_features, remembered for the last two inputs: full-batch training and the
-        evaluations pass the same tensors every epoch, so the copy is made once, not per step."""
-        key = (x.data_ptr(), y.data_ptr(), tuple(x.shape), x._version, y._version)
-        cache = self.__dict__.setdefault("_feature_cache", {})
-        if key not in cache:
-            if len(cache) >= 2:
-                cache.pop(next(iter(cache)))
-            cache[key] = self.token_features(x, y)
-        return cache[key]
+        evaluations pass the same tensors every epoch, so the copy is made once, not per step.
+        The cache holds the input tensors themselves and matches by identity and version, so a
+        new tensor that happens to reuse freed memory is never mistaken for an old one."""
+        cache = self.__dict__.setdefault("_feature_cache", [])
+        for cx, cy, vx, vy, e in cache:
+            if cx is x and cy is y and vx == x._version and vy == y._version:
+                return e
+        e = self.token_features(x, y)
+        cache.append((x, y, x._version, y._version, e))
+        if len(cache) > 2:
+            cache.pop(0)
+        return e
 
     def forward(self, params, x, y):
         p = params
@@ -171,7 +175,7 @@ class LSA:
     """
 
     kind = "lsa"
-    uses_autograd = True
+    has_attention = False
 
     def __init__(self, spec: dict, d: int):
         self.d = d
@@ -196,7 +200,7 @@ class LSA:
                 "W_kq": torch.tensor(np.stack(kq), dtype=dtype, device=device)}
 
     def forward(self, params, x, y):
-        e = torch.cat([x, y.unsqueeze(-1)], dim=-1).clone()
+        e = torch.cat([x, y.unsqueeze(-1)], dim=-1)
         e[:, :, -1, -1] = 0.0                                           # the query's label is hidden
         eq = e[:, :, -1]                                                # (R, B, D)
         v = torch.einsum("rij,rbj->rbi", params["W_kq"], eq)

@@ -51,7 +51,7 @@ def segment(x: np.ndarray, y: np.ndarray, k: int, min_len: int = 3):
     return best[k, n], sorted(cuts)[1:]
 
 
-def phases(epochs, loss, max_phases: int = 4, tol: float = 0.05, min_len: int = 3):
+def phases(epochs, loss, max_phases: int = 4, tol: float = 0.05, min_len: int = 3, max_points: int = 400):
     """(n_phases, phase_ends): phase_ends are the epochs where each phase but the last ends.
 
     Non-positive or non-finite losses (a run that diverged, or reached exact zero) end the
@@ -62,6 +62,10 @@ def phases(epochs, loss, max_phases: int = 4, tol: float = 0.05, min_len: int = 
     if not ok.all():
         stop = np.argmin(ok)
         epochs, loss = epochs[:stop], loss[:stop]
+    if len(loss) > max_points:   # the fit is O(n²) in memory: thin long curves evenly in log-epoch
+        keep = np.unique(np.searchsorted(np.log1p(epochs), np.linspace(0, np.log1p(epochs[-1]), max_points)))
+        keep = keep[keep < len(loss)]
+        epochs, loss = epochs[keep], loss[keep]
     n = len(loss)
     if n < 2 * min_len:
         return 1, []

@@ -12,7 +12,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from icl.config import ConfigError
+from icl.config import ConfigError, check_experiment
 
 
 def stable_hash(obj, n: int = 12) -> str:
@@ -94,6 +94,12 @@ def expand(exp: dict) -> list[dict]:
         point = copy.deepcopy(exp)
         for k, v in zip(keys, values):
             apply_override(point, k, v)
+        if keys:   # values valid one by one can still clash (tokens.K with tokens.d, ...)
+            try:
+                check_experiment(point)
+            except ConfigError as e:
+                where = ", ".join(f"{k}={v!r}" for k, v in zip(keys, values))
+                raise ConfigError(f"sweep: the point {where} is invalid: {e}") from None
         for model in point["models"]:
             spec = {"tokens": point["tokens"], "task": point["task"], "prompts": point["prompts"],
                     "model": model, "train": point["train"], "seed": point["seed"]}
@@ -128,7 +134,8 @@ def plan(cfg: dict, name: str) -> list[Run]:
     except ConfigError as e:
         raise ConfigError(f"experiments.{name}.{e}") from None
     for spec in specs:
-        rid = stable_hash(spec)
+        # how often a run checkpoints does not change its numbers: not part of its identity
+        rid = stable_hash({**spec, "train": {k: v for k, v in spec["train"].items() if k != "checkpoint_every"}})
         if rid not in runs:  # a sweep that repeats a point trains it once
             runs[rid] = Run(run_id=rid, data_id=stable_hash(data_spec(spec)), spec=spec)
     groups: dict[str, list[Run]] = {}

@@ -131,8 +131,11 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
     r = runs[(runs["model"] == name) & ~runs["run_id"].isin(diverged)]
     n_div = int(((runs["model"] == name) & runs["run_id"].isin(diverged)).sum())
     if r.empty:
-        return {"name": name, "kind": runs.loc[runs["model"] == name, "model_kind"].iloc[0], "optimizer": "",
-                "split": f"all {n_div} runs diverged: nothing to draw", "figures": [], "maps": []}
+        mine = runs[runs["model"] == name]
+        return {"name": name, "kind": mine["model_kind"].iloc[0], "optimizer": mine["optimizer"].iloc[0],
+                "split": f"all {n_div} runs diverged: nothing to draw", "figures": [], "maps": [],
+                "theory_figures": [], "verdicts": report_ldl.verdicts(tables, name) if ldl else [],
+                "mean_field": None}
     curves = tables["curves"][tables["curves"]["run_id"].isin(r["run_id"])]
     attn = tables["attention"][tables["attention"]["run_id"].isin(r["run_id"])]
     flat, sharp, thr, how = split_L(r, exp)
@@ -192,8 +195,9 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str) -> None:
                       "stability", "shift")}
     zfb = None
     if len(tabs["shift"]):
-        zfb = {"figures": [f for f in (report_zfb.error_vs_length_figure(tabs["shift"]), report_zfb.matrix_figure(tabs),
-                                       report_zfb.slope_figure(tabs["shift"])) if f],
+        clean = report_zfb._lsa_rows(tabs)
+        zfb = {"figures": [f for f in (report_zfb.error_vs_length_figure(clean), report_zfb.matrix_figure(tabs),
+                                       report_zfb.slope_figure(clean)) if f],
                "verdicts": report_zfb.verdicts(tabs), "notes": report_zfb.SOURCE_NOTES}
     runs = tabs["runs"]
     with open(os.path.join(results_dir, "shards.json")) as fh:

@@ -70,7 +70,8 @@ def error_vs_length_figure(shift: pd.DataFrame) -> str:
 
 
 def matrix_figure(tabs) -> str | None:
-    runs = tabs["runs"][tabs["runs"]["model_kind"] == "lsa"]
+    gone = set(tabs["summary"].loc[tabs["summary"]["diverged"], "run_id"])
+    runs = tabs["runs"][(tabs["runs"]["model_kind"] == "lsa") & ~tabs["runs"]["run_id"].isin(gone)]
     if runs.empty:
         return None
     th = tabs["theory"].set_index("run_id")
@@ -125,8 +126,18 @@ def slope_figure(shift: pd.DataFrame) -> str | None:
     return _png(fig)
 
 
-def verdicts(tabs) -> list[dict]:
+def _lsa_rows(tabs) -> pd.DataFrame:
+    """shift rows with the trained LSA runs relabelled 'lsa' (whatever their names) and diverged
+    runs left out, so every verdict compares healthy runs only."""
     sh = tabs["shift"]
+    gone = set(tabs["summary"].loc[tabs["summary"]["diverged"], "run_id"])
+    sh = sh[~sh["run_id"].isin(gone)].copy()
+    sh.loc[sh["model_kind"] == "lsa", "predictor"] = "lsa"
+    return sh
+
+
+def verdicts(tabs) -> list[dict]:
+    sh = _lsa_rows(tabs)
     rows = []
 
     def add(claim, pred, meas, verdict):

@@ -58,7 +58,10 @@ def run_row(run: dict) -> dict:
         "token_kind": tok["kind"], "d": tok["d"], "K": tok.get("K"), "delta": tok.get("delta"),
         "noise": tok.get("noise"), "features": tok.get("features"),
         "probs": json.dumps(tok["probs"]) if tok.get("probs") is not None else None,
-        "covariance": json.dumps(tok["covariance"]) if "covariance" in tok else None,
+        "covariance": (tok["covariance"] if isinstance(tok.get("covariance"), str) else json.dumps(tok["covariance"]))
+        if "covariance" in tok else None,
+        "scale": tok.get("scale"), "init_scale": model.get("init_scale"), "init_noise": model.get("init_noise"),
+        "ffn_mult": model.get("ffn_mult"), "fresh": bool(tr.get("fresh", False)),
         "task_kind": task["kind"], "L": task.get("L"), "c": task.get("c"),
         "N": pr["N"], "M": pr["train"], "n_test": pr["test"],
         "epochs": tr["epochs"], "log_every": tr["log_every"], "batch_size": tr.get("batch_size"),
@@ -68,8 +71,9 @@ def run_row(run: dict) -> dict:
 
 def runs_table(runs: list[dict], experiment: str, config_hash: str) -> pd.DataFrame:
     df = pd.DataFrame([run_row(r) for r in runs])
-    for col, dtype in {"width": "Int64", "K": "Int64", "batch_size": "Int64",
-                       "delta": "Float64", "noise": "Float64", "L": "Float64", "c": "Float64"}.items():
+    for col, dtype in {"width": "Int64", "K": "Int64", "batch_size": "Int64", "ffn_mult": "Int64",
+                       "delta": "Float64", "noise": "Float64", "L": "Float64", "c": "Float64", "scale": "Float64",
+                       "init_scale": "Float64", "init_noise": "Float64"}.items():
         df[col] = df[col].astype(dtype)
     df.insert(1, "experiment", experiment)
     df["config_hash"] = config_hash
@@ -133,12 +137,14 @@ def shard_tables(sh: dict) -> dict[str, pd.DataFrame]:
     summ["test_loss0"] = sh["test_loss"][:, 0]
     summ["attn_knn_final"] = sh["attn_knn"][:, -1] if "attn_knn" in sh else np.nan
     summ["dist_target_final"] = sh["dist_target"][:, -1] if "dist_target" in sh else np.nan
+    summ["attn_off_final"] = np.nan
+    summ["attn_off_oscillates"] = pd.array([None] * R, dtype="boolean")
     if K:
         off = (sh["attn"].sum(axis=(2, 3)) - np.trace(sh["attn"], axis1=2, axis2=3)) / (K * (K - 1))
         summ["attn_off_final"] = off[:, -1]
         # oscillation: the mean off-diagonal attention turns from falling to rising at least once
         d = np.diff(off, axis=1)
-        summ["attn_off_oscillates"] = ((d[:, :-1] < -1e-4) & (d[:, 1:] > 1e-4)).any(1)
+        summ["attn_off_oscillates"] = pd.array(((d[:, :-1] < -1e-4) & (d[:, 1:] > 1e-4)).any(1), dtype="boolean")
     summ["train_seconds"] = float(sh["seconds"]) / R
     summ["device"] = str(sh["device"])
     summ["code_version"] = str(sh["code_version"]) if "code_version" in sh else "unknown"

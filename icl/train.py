@@ -62,8 +62,9 @@ def knn_count(N: int) -> int:
 def nearest_tokens(x: torch.Tensor, k: int) -> torch.Tensor:
     """Indices (R, B, k) of the k context tokens closest to the query (Euclidean), ties by index.
 
-    For discrete tokens the query's own feature has distance 0, so attn_knn is an attention
-    summary that needs no features and still reads 1 when attention is on the right tokens."""
+    attn_knn (the attention mass on them) is the attention summary for continuous tokens, where
+    there are no features. For discrete tokens it saturates below 1 (k = N/10 tokens of the
+    ~N/K that share the query's feature): read attn_own there."""
     dist = ((x[:, :, :-1] - x[:, :, -1:]) ** 2).sum(-1)
     return torch.topk(dist, k, dim=-1, largest=False, sorted=True).indices
 
@@ -119,6 +120,8 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
     feats = stack("features") if K else None
 
     model = models.build(spec0["model"], tok["d"])
+    if not model.has_attention:       # the LSA's weights are not a distribution over tokens
+        K = None
     lr = torch.tensor([r["spec"]["model"]["lr"] for r in runs], dtype=torch.float32, device=dev)
     opt = optim.build(spec0["model"]["optimizer"], lr)
     params = model.init(seeds, names, dev)
@@ -129,7 +132,7 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
         "train_loss": np.full((R, E), np.nan), "test_loss": np.full((R, E), np.nan),
         "attn_own": np.full((R, E), np.nan),
         "attn_entropy": np.full((R, E), np.nan), "attn_knn": np.full((R, E), np.nan),
-        "attn": np.full((R, E, K, K), np.nan) if K else np.zeros((R, E, 0, 0)),
+        "attn": np.full((R, E, K, K), np.nan) if K and model.has_attention else np.zeros((R, E, 0, 0)),
         "q_features": np.full((R, E, K, K), np.nan) if (K and model.kind == "softmax_q") else np.zeros((R, E, 0, 0)),
         "effective": np.full((R, E, tok["d"], tok["d"]), np.nan) if model.kind == "lsa" else np.zeros((R, E, 0, 0)),
         "dist_target": np.full((R, E), np.nan),

@@ -103,7 +103,14 @@ def test_sweep_expansion_and_stable_ids(tiny_raw):
     a, b = plan(cfg, "tiny"), plan(copy.deepcopy(cfg), "tiny")
     assert [r.run_id for r in a] == [r.run_id for r in b]
     assert len({r.run_id for r in a}) == 8
-    assert a[0].run_id == stable_hash(a[0].spec)
+    spec = a[0].spec
+    assert a[0].run_id == stable_hash({**spec, "train": {k: v for k, v in spec["train"].items() if k != "checkpoint_every"}})
+    # checkpoint frequency does not change a run's numbers, so not its id; a learning rate does
+    other = copy.deepcopy(tiny_raw)
+    other["experiments"]["tiny"]["train"]["checkpoint_every"] = 2
+    assert [r.run_id for r in plan(validate(other), "tiny")] == [r.run_id for r in a]
+    other["experiments"]["tiny"]["models"][0]["lr"] = 2.5
+    assert [r.run_id for r in plan(validate(other), "tiny")] != [r.run_id for r in a]
     # models trained on the same data share one dataset
     assert len({r.data_id for r in a}) == 4
 
@@ -126,3 +133,11 @@ def test_model_sweep_by_name(tiny_raw):
     cfg = validate(tiny_raw)
     lrs = sorted(s["model"]["lr"] for s in expand(cfg["experiments"]["tiny"]) if s["model"]["name"] == "sq")
     assert lrs == [0.5, 1.0]
+
+
+def test_sweep_points_are_checked_in_combination(tiny_raw):
+    """K=6 fits d=6 and d=4 fits K=3, but K=6 with d=4 does not: the plan refuses that point."""
+    tiny_raw["experiments"]["tiny"]["sweep"] = {"tokens.K": [3, 6], "tokens.d": [6, 4]}
+    cfg = validate(tiny_raw)
+    with pytest.raises(ConfigError, match=r"experiments.tiny.sweep: the point tokens.K=6, tokens.d=4 is invalid.*K <= d"):
+        plan(cfg, "tiny")
