@@ -16,10 +16,10 @@ if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ]; then
   exit 0
 fi
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+if ! "$VENV/bin/python" -W ignore -c "import torch" 2>/dev/null; then
   echo "setup: installing $TORCH_SPEC" >&2
   "$VENV/bin/pip" install -q --disable-pip-version-check "$TORCH_SPEC" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
-  "$VENV/bin/python" -c "import torch" || { echo "setup: torch failed to install ($TORCH_SPEC)" >&2; exit 1; }
+  "$VENV/bin/python" -W ignore -c "import torch" || { echo "setup: torch failed to install ($TORCH_SPEC)" >&2; exit 1; }
 fi
 echo "setup: installing icl-dynamics and its dependencies" >&2
 "$VENV/bin/pip" install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
