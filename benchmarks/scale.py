@@ -101,7 +101,7 @@ def main():
             synthetic_shard(members, path, rng)
             from icl.evaluate import COLUMNS
             from icl.tables import write_parquet
-            from icl.train import shift_path
+            from icl.plan import shift_path
             import pandas as pd
             write_parquet(pd.DataFrame({c: pd.Series(dtype="float64") for c in COLUMNS}), shift_path(path))
             paths.append(path)

@@ -173,10 +173,7 @@ def flops_per_epoch(kind: str, runs, paths, device) -> float:
     ys = torch.from_numpy(np.stack([read_dataset(paths[r["data_id"]])["train_y"] for r in runs])).to(device)
     with FlopCounterMode(display=False) as fc:
         ens.loss_and_grads(p, xs, ys)
-    total = fc.get_total_flops()
-    if spec["kind"] == "softmax_q":      # analytic gradient: einsums counted above are the whole step
-        return total
-    return total
+    return fc.get_total_flops()   # softmax_q: its analytic gradient's einsums are the whole step
 
 
 def matmul_peak(device) -> float:

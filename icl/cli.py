@@ -73,7 +73,7 @@ def cmd_train(args) -> None:
 def cmd_tables(args) -> None:
     from icl.tables import aggregate
     t = time.time()
-    from icl.train import shift_path
+    from icl.plan import shift_path
     tables = aggregate(args.runs, args.shards, args.outdir, [shift_path(p) for p in args.shards])
     print(f"tables: {len(tables['summary'])} runs in {time.time() - t:.2f}s", file=sys.stderr)
 
@@ -82,7 +82,7 @@ def cmd_theory(args) -> None:
     from icl.provenance import stamp
     from icl.tables import write_parquet
     from icl.theory.table import ldl_rows, lsa_rows, mean_field_rows
-    from icl.train import log_epochs
+    from icl.plan import log_epochs
     pl = _read_plan(args.plan)
     meta = stamp(pl["config_hash"])
     write_parquet(ldl_rows(pl["runs"]).merge(lsa_rows(pl["runs"]), on="run_id"), args.out, meta)

@@ -13,9 +13,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from icl.data import STREAM_EVAL, eigenvalues, rng, sample_labels, sample_tokens
+from icl.data import STREAM_EVAL, rng, sample_labels, sample_tokens
 from icl.plan import stable_hash
 from icl.theory import lsa
+from icl.theory.table import lsa_optimum
 
 COLUMNS = ["predictor", "model_kind", "run_id", "eval_id", "N", "shift", "c", "M", "mse", "mse_se", "slope",
            "slope_se", "theory_mse", "theory_slope"]
@@ -51,17 +52,6 @@ def eval_prompts(spec: dict, feats, kind: str, c, M: int, stream: int):
         x[:, -1] = np.sqrt(c) * g.standard_normal((P, tok["d"]))
     y = sample_labels(spec["task"], x, g)
     return x, y
-
-
-def lsa_optimum(spec: dict):
-    """(B, train_kind, scale or eigenvalues) of the LSA optimum for the run's training distribution."""
-    tok, N = spec["tokens"], spec["prompts"]["N"]
-    if tok["kind"] == "gaussian":
-        lam = eigenvalues(tok)
-        return lsa.optimal_B(lam, N), "gaussian", lam
-    if tok["kind"] == "random_covariance":
-        return lsa.random_cov_optimal_B(tok["d"], N, tok.get("scale", 1.0)), "random_covariance", tok.get("scale", 1.0)
-    return None, None, None
 
 
 def theory_cell(spec: dict, kind: str, c, M: int):

@@ -97,8 +97,3 @@ def max_stable_lr(runs: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
                      "max_converged_lr": max(conv) if conv else np.nan,
                      "lrs_tried": len(per_lr)})
     return pd.DataFrame(rows)
-
-
-def theory_clock(runs: pd.DataFrame) -> pd.Series:
-    """τ per epoch = η L² Δ² / K (LDL's time unit); multiply by the epoch."""
-    return runs["lr"] * runs["L"] ** 2 * runs["delta"] ** 2 / runs["K"]

@@ -157,6 +157,18 @@ def plan(cfg: dict, name: str) -> list[Run]:
     return list(runs.values())
 
 
+def log_epochs(epochs: int, every: int) -> list[int]:
+    e = list(range(0, epochs + 1, every))
+    if e[-1] != epochs:
+        e.append(epochs)
+    return e
+
+
+def shift_path(out_path: str) -> str:
+    """Where a shard's evaluation under shift goes, next to its .npz."""
+    return out_path[: -len(".npz")] + ".shift.parquet" if out_path.endswith(".npz") else out_path + ".shift.parquet"
+
+
 def shards(runs: list[Run]) -> dict[str, list[Run]]:
     out: dict[str, list[Run]] = {}
     for r in runs:

@@ -6,9 +6,7 @@ seeds drawn as a band around the median.
 """
 from __future__ import annotations
 
-import base64
 import datetime as dt
-import io
 import json
 import os
 from pathlib import Path
@@ -24,6 +22,7 @@ import yaml  # noqa: E402
 from jinja2 import Environment, FileSystemLoader, select_autoescape  # noqa: E402
 
 from icl import report_ldl, report_zfb  # noqa: E402
+from icl.figures import png  # noqa: E402
 from icl.timing import summary_line, timing_table  # noqa: E402
 from icl.provenance import code_hash, code_version, package_versions  # noqa: E402
 from icl.tables import read_parquet  # noqa: E402
@@ -31,13 +30,6 @@ from icl.theory.ldl import L_star  # noqa: E402
 
 TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
                         autoescape=select_autoescape(["html", "j2"]))
-
-
-def _png(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode()
 
 
 def _band(ax, df: pd.DataFrame, x: str, y: str, label: str, color, log: bool) -> None:
@@ -72,7 +64,7 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None) -> str | None:
     ax.set_ylabel("train loss ½E[(ŷ−y)²] (log)")
     ax.set_title(title)
     ax.legend(fontsize=8)
-    return _png(fig)
+    return png(fig)
 
 
 def attention_scores_figure(attn, runs, L, K) -> str:
@@ -89,7 +81,7 @@ def attention_scores_figure(attn, runs, L, K) -> str:
     ax.set_ylabel("attention score")
     ax.set_title(f"attention of a v₁ query, L={L:g}")
     ax.legend(fontsize=8)
-    return _png(fig)
+    return png(fig)
 
 
 def attention_maps_figure(attn, runs, L, epochs_all) -> str:
@@ -107,7 +99,7 @@ def attention_maps_figure(attn, runs, L, epochs_all) -> str:
         ax.set_xticklabels([str(int(t.get_text()) + 1) for t in ax.get_xticklabels()])
         ax.set_yticklabels([str(int(t.get_text()) + 1) for t in ax.get_yticklabels()])
     fig.suptitle(f"attention maps Attn[i, j], L={L:g} (mean over seeds)", fontsize=10)
-    return _png(fig)
+    return png(fig)
 
 
 def split_L(runs: pd.DataFrame, exp: dict) -> tuple[list, list, float | None, str]:
@@ -186,7 +178,7 @@ def attention_summary_figure(curves, runs) -> str:
         ax.set_ylabel(lab)
         ax.legend(fontsize=7)
     fig.suptitle("attention summaries for continuous tokens", fontsize=10)
-    return _png(fig)
+    return png(fig)
 
 
 def render(experiment: str, exp: dict, results_dir: str, out_path: str) -> None:

@@ -7,14 +7,10 @@ import pandas as pd
 import matplotlib.pyplot as plt
 import seaborn as sns
 
+from icl.figures import png
 from icl.theory import ldl
 
 HOLDS, FAILS, UNSURE, NOT_HERE = "holds", "does not hold", "inconclusive", "not measured here"
-
-
-def _png(fig):
-    from icl.report import _png as png
-    return png(fig)
 
 
 def _runs(tabs):
@@ -48,7 +44,7 @@ def collapse_figure(tabs, model) -> str | None:
         ax.set_ylabel("train loss / loss₀")
         ax.set_title(f"{reg} regime: do the curves collapse?")
         ax.legend(fontsize=7)
-    return _png(fig)
+    return png(fig)
 
 
 def slope_figure(tabs, model, tcol="t_rel_1e-2") -> str | None:
@@ -80,7 +76,7 @@ def slope_figure(tabs, model, tcol="t_rel_1e-2") -> str | None:
     ax.set_ylabel(f"{tcol} (epochs)")
     ax.set_title("convergence time against L")
     ax.legend(fontsize=7)
-    return _png(fig)
+    return png(fig)
 
 
 def stability_figure(tabs, model) -> str | None:
@@ -98,7 +94,7 @@ def stability_figure(tabs, model) -> str | None:
     ax.set_ylabel("learning rate")
     ax.set_title("step-size stability")
     ax.legend(fontsize=7)
-    return _png(fig)
+    return png(fig)
 
 
 def phase_diagram_figure(tabs, model, tcol="t_rel_1e-2") -> str | None:
@@ -125,7 +121,7 @@ def phase_diagram_figure(tabs, model, tcol="t_rel_1e-2") -> str | None:
         ax.set_ylabel("Δ")
         ax.set_title(title)
         ax.legend(fontsize=7, loc="upper right")
-    return _png(fig)
+    return png(fig)
 
 
 def _fmt(x, nd=3):

@@ -7,7 +7,8 @@ import pandas as pd
 import matplotlib.pyplot as plt
 import seaborn as sns
 
-from icl.report_ldl import FAILS, HOLDS, NOT_HERE, UNSURE, _png
+from icl.figures import png
+from icl.report_ldl import FAILS, HOLDS, NOT_HERE, UNSURE
 
 SOURCE_NOTES = [
     "Thm 4.2 as transcribed omits a 1/M on the variance term; without it the error would not vanish as M, N → ∞. "
@@ -66,7 +67,7 @@ def error_vs_length_figure(shift: pd.DataFrame) -> str:
         ax.axis("off")
     axes[0, 0].legend(fontsize=6)
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
 def matrix_figure(tabs) -> str | None:
@@ -101,7 +102,7 @@ def matrix_figure(tabs) -> str | None:
     N = int(runs.loc[runs["run_id"] == rid, "N"].iloc[0])
     fig.suptitle(f"effective matrix of one LSA run (N={N}) at the last epoch", fontsize=10)
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
 def slope_figure(shift: pd.DataFrame) -> str | None:
@@ -123,7 +124,7 @@ def slope_figure(shift: pd.DataFrame) -> str | None:
     ax.set_ylabel(f"slope of ŷ on y at M={Mmax}")
     ax.set_title("covariate scaling: slope against c² (dashed: finite-N theory)", fontsize=9)
     ax.legend(fontsize=7)
-    return _png(fig)
+    return png(fig)
 
 
 def _lsa_rows(tabs) -> pd.DataFrame:

@@ -16,6 +16,7 @@ import torch
 from icl import models, optim
 from icl.data import fresh_batch, read_dataset
 from icl.evaluate import evaluate_shard
+from icl.plan import log_epochs, shift_path
 from icl.tables import write_parquet
 from icl.theory.table import lsa_target
 from icl.provenance import code_hash, code_version
@@ -27,13 +28,6 @@ def pick_device(setting: str = "auto") -> torch.device:
             raise RuntimeError("device: cuda was asked for but torch sees no CUDA device")
         return torch.device("cuda")
     return torch.device("cpu")
-
-
-def log_epochs(epochs: int, every: int) -> np.ndarray:
-    e = list(range(0, epochs + 1, every))
-    if e[-1] != epochs:
-        e.append(epochs)
-    return np.asarray(e)
 
 
 def batch_index(seeds, epoch: int, n: int, batch: int) -> list[np.ndarray]:
@@ -126,7 +120,7 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
     opt = optim.build(spec0["model"]["optimizer"], lr)
     params = model.init(seeds, names, dev)
     epochs, every = tr["epochs"], tr["log_every"]
-    log_at = log_epochs(epochs, every)
+    log_at = np.asarray(log_epochs(epochs, every))
     E = len(log_at)
     logs = {
         "train_loss": np.full((R, E), np.nan), "test_loss": np.full((R, E), np.nan),
@@ -248,11 +242,6 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
     if os.path.exists(ckpt_path):
         os.remove(ckpt_path)
     return out
-
-
-def shift_path(out_path: str) -> str:
-    """Where a shard's evaluation under shift goes, next to its .npz."""
-    return out_path[: -len(".npz")] + ".shift.parquet" if out_path.endswith(".npz") else out_path + ".shift.parquet"
 
 
 def fresh_data(runs, cache, epoch: int, dev):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from icl.data import features
+from icl.data import eigenvalues, features
 from icl.theory import ldl, lsa
 
 EPS = 1e-2   # the theorems' absolute accuracy ε used for T_star (unit constants)
@@ -32,17 +32,20 @@ def ldl_rows(plan_runs: list[dict]) -> pd.DataFrame:
     return df
 
 
-def lsa_target(spec: dict):
-    """The LSA optimum's effective matrix for a run's training distribution (None if no theory)."""
+def lsa_optimum(spec: dict):
+    """(B, train_kind, scale or eigenvalues) of the LSA optimum for the run's training distribution."""
     tok, N = spec["tokens"], spec["prompts"]["N"]
-    if spec["task"]["kind"] != "linear":
-        return None
     if tok["kind"] == "gaussian":
-        from icl.data import eigenvalues
-        return lsa.optimal_B(eigenvalues(tok), N)
+        lam = eigenvalues(tok)
+        return lsa.optimal_B(lam, N), "gaussian", lam
     if tok["kind"] == "random_covariance":
-        return lsa.random_cov_optimal_B(tok["d"], N, tok.get("scale", 1.0))
-    return None
+        return lsa.random_cov_optimal_B(tok["d"], N, tok.get("scale", 1.0)), "random_covariance", tok.get("scale", 1.0)
+    return None, None, None
+
+
+def lsa_target(spec: dict):
+    """The LSA optimum's effective matrix for a linear task (None where there is no theory)."""
+    return lsa_optimum(spec)[0] if spec["task"]["kind"] == "linear" else None
 
 
 def lsa_rows(plan_runs: list[dict]) -> pd.DataFrame:
@@ -54,7 +57,6 @@ def lsa_rows(plan_runs: list[dict]) -> pd.DataFrame:
         mse = np.nan
         if B is not None:
             tok, N = s["tokens"], s["prompts"]["N"]
-            from icl.data import eigenvalues
             mse = lsa.risk(B, eigenvalues(tok), N) if tok["kind"] == "gaussian" else \
                 lsa.random_cov_risk(B, tok["d"], N, scale=tok.get("scale", 1.0))
         rows.append({"run_id": r["run_id"], "target": None if B is None else B.ravel().tolist(),
