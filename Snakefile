@@ -29,6 +29,7 @@ PY = shlex.quote(sys.executable)
 include: "workflow/rules/common.smk"
 include: "workflow/rules/prompts.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/theory.smk"
 include: "workflow/rules/report.smk"

@@ -99,11 +99,6 @@ def main():
         for name, members in shards.items():
             path = os.path.join(res_dir, "shards", f"{name}.npz")
             synthetic_shard(members, path, rng)
-            from icl.evaluate import COLUMNS
-            from icl.tables import write_parquet
-            from icl.plan import shift_path
-            import pandas as pd
-            write_parquet(pd.DataFrame({c: pd.Series(dtype="float64") for c in COLUMNS}), shift_path(path))
             paths.append(path)
         steps = {}
         for step, argv in (("tables", ["tables", "--runs", f"{res_dir}/runs.parquet", "--outdir", res_dir, *paths]),

@@ -70,11 +70,28 @@ def cmd_train(args) -> None:
     train_shard(runs, paths, args.out, device=device, threads=args.threads, label=args.shard)
 
 
+def cmd_evaluate(args) -> None:
+    from icl.evaluate import evaluate_trained
+    pl = _read_plan(args.plan)
+    runs = [r for r in pl["runs"] if r["shard"] == args.shard]
+    if not runs:
+        sys.exit(f"error: shard {args.shard} is not in {args.plan}; rerun snakemake to refresh the plan")
+    if args.evaluate_spec:      # the workflow's stamp: the evaluate section this job was run for
+        with open(args.evaluate_spec) as fh:
+            ev = json.load(fh)
+        runs = [{**r, "spec": {**r["spec"], "evaluate": ev}} for r in runs]
+    if not runs[0]["spec"].get("evaluate"):
+        sys.exit(f"error: experiment {pl['experiment']} has no evaluate section; nothing to evaluate")
+    paths = {r["data_id"]: os.path.join(args.prompts_dir, f"{r['data_id']}.npz") for r in runs}
+    settings = pl["settings"]
+    evaluate_trained(runs, paths, args.trained, args.out, device=args.device or settings.get("device", "auto"),
+                     threads=args.threads, budget_mb=settings.get("memory_budget_mb", 4096), label=args.shard)
+
+
 def cmd_tables(args) -> None:
     from icl.tables import aggregate
     t = time.time()
-    from icl.plan import shift_path
-    tables = aggregate(args.runs, args.shards, args.outdir, [shift_path(p) for p in args.shards])
+    tables = aggregate(args.runs, args.shards, args.outdir, args.shift)
     print(f"tables: {len(tables['summary'])} runs in {time.time() - t:.2f}s", file=sys.stderr)
 
 
@@ -145,9 +162,20 @@ def main(argv=None) -> None:
     s.add_argument("--threads", type=int, default=None)
     s.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None)
     s.set_defaults(fn=cmd_train)
+    s = sub.add_parser("evaluate", help="evaluate one trained shard and the baselines under shift (ZFB)")
+    s.add_argument("--plan", required=True)
+    s.add_argument("--shard", required=True)
+    s.add_argument("--prompts-dir", required=True)
+    s.add_argument("--trained", required=True, help="the shard's .npz written by `icl train`")
+    s.add_argument("--out", required=True, help="where its shift.parquet goes")
+    s.add_argument("--evaluate-spec", help="a JSON file with the evaluate section to use instead of the plan's")
+    s.add_argument("--threads", type=int, default=None)
+    s.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None)
+    s.set_defaults(fn=cmd_evaluate)
     s = sub.add_parser("tables", help="aggregate shard results into parquet tables")
     s.add_argument("--runs", required=True)
     s.add_argument("--outdir", required=True)
+    s.add_argument("--shift", nargs="*", default=[], help="the shards' shift.parquet files (from `icl evaluate`)")
     s.add_argument("shards", nargs="+")
     s.set_defaults(fn=cmd_tables)
     s = sub.add_parser("theory", help="write theory.parquet and theory_curves.parquet for a plan")

@@ -132,6 +132,9 @@ def _sweep_values_ok(name: str, exp: dict) -> None:
     from icl.plan import apply_override  # local: plan imports config
 
     for key, values in (exp.get("sweep") or {}).items():
+        if key.split(".")[0] == "evaluate":
+            raise ConfigError(f"experiments.{name}.sweep.{key}: the evaluate section cannot be swept; every "
+                              "trained run is evaluated at all evaluate.lengths and evaluate.shifts, so list the values there")
         for value in values:
             trial = copy.deepcopy(exp)
             trial.pop("sweep", None)

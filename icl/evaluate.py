@@ -1,20 +1,27 @@
 """Evaluation under shift (ZFB): every trained model of a shard and every baseline, on the same
 test prompts, over test lengths M and shifts; one row per (predictor, shift, c, M).
 
-Baselines: OLS (minimum norm), ridge, a Nadaraya-Watson kernel smoother (what softmax
-attention approximates), and the closed-form LSA optimum with no training ("lsa_limit"). Rows of
+Baselines: OLS (minimum norm), ridge, 1-NN, a Nadaraya-Watson kernel smoother (what softmax
+attention approximates), for discrete tokens the oracle that averages the labels of the tokens
+sharing the query's feature (what perfectly converged attention computes), and the closed-form
+LSA optimum with no training ("lsa_limit"). Rows of
 trained LSA runs and of lsa_limit carry the theory's exact MSE and slope (icl.theory.lsa).
+
+A step of its own after training (`icl evaluate`, reading the trained parameters from the
+shard's .npz): adding a shift or a test length reruns this, never the training.
 """
 from __future__ import annotations
 
+import os
 import sys
+import time
 
 import numpy as np
 import pandas as pd
 import torch
 
 from icl.data import STREAM_EVAL, rng, sample_labels, sample_tokens
-from icl.plan import stable_hash
+from icl.plan import eval_bytes, stable_hash
 from icl.theory import lsa
 from icl.theory.table import lsa_optimum
 
@@ -38,12 +45,13 @@ def eval_id(spec: dict) -> str:
 
 
 def eval_prompts(spec: dict, feats, kind: str, c, M: int, stream: int):
-    """P prompts of M context tokens and a query (last), shifted as the cell says; float64."""
+    """P prompts of M context tokens and a query (last), shifted as the cell says; float64.
+    Returns x (P, M+1, d), y (P, M+1) and each token's feature index (-1 for continuous tokens)."""
     tok, P = dict(spec["tokens"]), spec["evaluate"]["prompts"]
     g = rng(spec["seed"], STREAM_EVAL + stream)
     if kind in ("random_covariance", "random_covariance_indep_query"):
         tok = {"kind": "random_covariance", "d": tok["d"], "scale": c}
-    x, _ = sample_tokens(tok, feats, P, M + 1, g)
+    x, feat = sample_tokens(tok, feats, P, M + 1, g)
     if kind == "scale":
         x = c * x
     elif kind == "query_only":
@@ -51,7 +59,7 @@ def eval_prompts(spec: dict, feats, kind: str, c, M: int, stream: int):
     elif kind == "random_covariance_indep_query":
         x[:, -1] = np.sqrt(c) * g.standard_normal((P, tok["d"]))
     y = sample_labels(spec["task"], x, g)
-    return x, y
+    return x, y, feat
 
 
 def theory_cell(spec: dict, kind: str, c, M: int):
@@ -87,8 +95,11 @@ def _stats(pred: np.ndarray, y: np.ndarray):
     return err.mean(-1), err.std(-1, ddof=1) / np.sqrt(n), slope, slope_se
 
 
-def baselines(x: np.ndarray, y: np.ndarray, ridge: float) -> dict:
-    """Predictions of the query's label from the context alone: x (P, M+1, d), y (P, M+1)."""
+def baselines(x: np.ndarray, y: np.ndarray, ridge: float, feat: np.ndarray | None = None) -> dict:
+    """Predictions of the query's label from the context alone: x (P, M+1, d), y (P, M+1).
+    feat (P, M+1): feature indices of discrete tokens; with it, the feature oracle is added (the
+    mean label of the context tokens that share the query's feature, or of all context tokens
+    when none does)."""
     X, t, xq = x[:, :-1], y[:, :-1], x[:, -1]
     d = X.shape[-1]
     XtX = np.einsum("pmi,pmj->pij", X, X)
@@ -100,7 +111,14 @@ def baselines(x: np.ndarray, y: np.ndarray, ridge: float) -> dict:
     logits = -dist2 / h2
     wts = np.exp(logits - logits.max(1, keepdims=True))
     nw = (wts * t).sum(1) / wts.sum(1)
-    return {"ols": (xq * w_ols).sum(-1), "ridge": (xq * w_ridge).sum(-1), "nadaraya_watson": nw}
+    nn = np.take_along_axis(t, dist2.argmin(1)[:, None], 1)[:, 0]
+    out = {"ols": (xq * w_ols).sum(-1), "ridge": (xq * w_ridge).sum(-1), "nearest_neighbor": nn,
+           "nadaraya_watson": nw}
+    if feat is not None and (feat >= 0).all():
+        same = feat[:, :-1] == feat[:, -1:]
+        n_same = same.sum(1)
+        out["feature_oracle"] = np.where(n_same > 0, (same * t).sum(1) / np.maximum(n_same, 1), t.mean(1))
+    return out
 
 
 def evaluate_shard(runs, cache, model, params, active, dev, label="shard") -> pd.DataFrame:
@@ -135,8 +153,8 @@ def evaluate_shard(runs, cache, model, params, active, dev, label="shard") -> pd
                 if key in done:
                     continue
                 done.add(key)
-                xs, ys = data[i][0], data[i][1]
-                preds = baselines(xs, ys, ev.get("ridge", 0.1))
+                xs, ys, fs = data[i]
+                preds = baselines(xs, ys, ev.get("ridge", 0.1), fs)
                 B, _, _ = lsa_optimum(r["spec"])
                 if B is not None and r["spec"]["task"]["kind"] == "linear":
                     preds["lsa_limit"] = lsa.lsa_predict(B, xs[:, :-1], ys[:, :-1], xs[:, -1])
@@ -153,4 +171,51 @@ def evaluate_shard(runs, cache, model, params, active, dev, label="shard") -> pd
     df = pd.DataFrame(rows, columns=COLUMNS)
     df["N"] = df["N"].astype("Int64")
     df["run_id"] = df["run_id"].astype("string")
+    return df
+
+
+def evaluate_trained(runs: list[dict], data_paths: dict, trained_path: str, out_path: str, device: str = "auto",
+                     threads: int | None = None, budget_mb: int = 4096, label: str = "shard") -> pd.DataFrame:
+    """shift.parquet rows of one trained shard. Runs are evaluated in chunks that fit budget_mb."""
+    from icl import models
+    from icl.data import read_dataset
+    from icl.tables import write_parquet
+    from icl.train import pick_device
+    if threads:
+        torch.set_num_threads(threads)
+    dev = pick_device(device)
+    try:
+        with np.load(trained_path) as z:
+            trained = {k: z[k] for k in z.files if k.startswith("param_") or k in ("run_id", "diverged_at")}
+    except Exception as e:
+        raise RuntimeError(f"shard file {trained_path} is unreadable ({type(e).__name__}); delete it and rerun "
+                           "snakemake to retrain that shard") from None
+    order = {str(r): i for i, r in enumerate(trained["run_id"])}
+    missing = [r["run_id"] for r in runs if r["run_id"] not in order]
+    if missing:
+        raise RuntimeError(f"{trained_path} holds no run {missing[0]}: it was trained for another plan; "
+                           "delete it and rerun snakemake")
+    t0 = time.time()
+    spec0 = runs[0]["spec"]
+    model = models.build(spec0["model"], spec0["tokens"]["d"])
+    cache = {}
+    for r in runs:
+        if r["data_id"] not in cache:
+            cache[r["data_id"]] = read_dataset(data_paths[r["data_id"]])
+    size = max(1, min(len(runs), budget_mb * 2**20 // eval_bytes(spec0))) if spec0.get("evaluate") else len(runs)
+    parts = []
+    for i in range(0, len(runs), size):
+        chunk = runs[i:i + size]
+        idx = [order[r["run_id"]] for r in chunk]
+        params = {k[len("param_"):]: torch.as_tensor(v[idx], device=dev) for k, v in trained.items()
+                  if k.startswith("param_")}
+        active = torch.as_tensor(trained["diverged_at"][idx] < 0, device=dev)
+        where = label if size >= len(runs) else f"{label} runs {i + 1}-{i + len(chunk)}/{len(runs)}"
+        parts.append(evaluate_shard(chunk, cache, model, params, active, dev, where))
+    df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    # baselines depend on the prompts only: one copy even when two chunks shared them
+    df = df.drop_duplicates(subset=["predictor", "run_id", "eval_id", "N", "shift", "c", "M"], ignore_index=True)
+    write_parquet(df, out_path)
+    print(f"[{label}] {len(runs)} runs evaluated on {dev} in {time.time() - t0:.1f}s -> {os.path.basename(out_path)}",
+          file=sys.stderr, flush=True)
     return df

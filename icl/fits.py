@@ -12,6 +12,43 @@ import pandas as pd
 from icl.theory import ldl
 
 N_BOOT = 2000
+IDENTITY = {"run_id", "shard", "data_id", "experiment", "config_hash", "code_version", "seed", "L"}
+
+
+def swept_columns(runs: pd.DataFrame, base: list[str]) -> list[str]:
+    """Run settings besides `base` that vary within one model (every other swept setting: noise,
+    c, width, probs, ...). Comparisons across L are made within each combination of these."""
+    extra = []
+    for col in runs.columns:
+        if col in IDENTITY or col in base or col == "model":
+            continue
+        values = runs[col].astype(str)
+        if (values.groupby(runs["model"]).nunique() > 1).any():
+            extra.append(col)
+    return extra
+
+
+def groupable(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """List-valued settings (probs, a covariance spectrum) as strings, so they can be group keys."""
+    df = df.copy()
+    for col in cols:
+        if df[col].dtype == object:
+            df[col] = df[col].astype(str)
+    return df
+
+
+def group_label(rec: dict, cols: list[str]) -> str:
+    return ", ".join(f"{c}={rec[c]:g}" if isinstance(rec[c], float) else f"{c}={rec[c]}" for c in cols)
+
+
+def matching(df: pd.DataFrame, rec, cols: list[str]) -> pd.Series:
+    """Rows of df whose values in cols equal rec's (NaN equal to NaN)."""
+    mask = pd.Series(True, index=df.index)
+    for col in cols:
+        v = rec[col]
+        mask &= df[col].isna() if pd.isna(v) else (df[col].astype(str) == str(v)) if df[col].dtype == object \
+            else (df[col] == v).fillna(False)
+    return mask
 
 
 def _ols_slope(x: np.ndarray, y: np.ndarray) -> float:
@@ -55,45 +92,62 @@ def theory_slope(Ls, K, N, delta, eta, reg: str, eps: float) -> float:
     return _ols_slope(np.log(Ls), np.log(T))
 
 
+SLOPE_KEYS = ["model", "model_kind", "lr", "delta", "K", "N", "regime"]
+
+
 def convergence_slopes(runs: pd.DataFrame, summary: pd.DataFrame, theory: pd.DataFrame,
                        tcols=("t_rel_1e-1", "t_rel_1e-2", "t_rel_1e-3")) -> pd.DataFrame:
-    """One row per (model, lr, delta, regime, threshold): measured slope, interval, theory slope."""
-    df = runs.merge(summary, on="run_id").merge(theory[["run_id", "regime"]], on="run_id")
+    """One row per (model, lr, Δ, K, N, regime, any other swept setting, threshold): the measured
+    slope of log t against log L, its interval, and the theory's slope.
+
+    The theory's ε is absolute: a relative threshold x is taken as ε = x · (median loss₀ of the
+    group), the loss the runs had to reach."""
+    extra = swept_columns(runs, SLOPE_KEYS)
+    keys = SLOPE_KEYS + extra
+    df = groupable(runs, extra).merge(summary, on="run_id").merge(theory[["run_id", "regime"]], on="run_id")
+    vary = [k for k in keys[2:] if df[k].astype(str).nunique() > 1 and k != "regime"]
     rows = []
-    keys = ["model", "model_kind", "lr", "delta", "K", "N", "regime"]
     for key, g in df.groupby(keys, dropna=False):
         rec = dict(zip(keys, key))
         n_div = int(g["diverged"].sum())
         g = g[~g["diverged"]]
         for t in tcols:
             s, lo, hi, n, miss = slope_with_bootstrap(g, t)
-            eps = float(t.split("_")[-1])
-            rows.append({**rec, "threshold": t, "slope": s, "ci_lo": lo, "ci_hi": hi, "n_runs": n,
-                         "n_not_reached": miss, "n_diverged": n_div, "n_L": g["L"].nunique(),
+            eps = float(t.split("_")[-1]) * float(g["loss0"].median()) if len(g) else np.nan
+            rows.append({**rec, "group": group_label(rec, vary), "threshold": t, "slope": s, "ci_lo": lo,
+                         "ci_hi": hi, "n_runs": n, "n_not_reached": miss, "n_diverged": n_div,
+                         "n_L": g["L"].nunique(),
                          "theory_slope": theory_slope(g["L"], rec["K"], rec["N"], rec["delta"], rec["lr"],
                                                       rec["regime"], eps)
-                         if pd.notna(rec["K"]) and pd.notna(rec["regime"]) else np.nan})
-    return pd.DataFrame(rows)
+                         if pd.notna(rec["K"]) and pd.notna(rec["regime"]) and np.isfinite(eps) else np.nan})
+    return pd.DataFrame(rows, columns=[*keys, "group", "threshold", "slope", "ci_lo", "ci_hi", "n_runs",
+                                       "n_not_reached", "n_diverged", "n_L", "theory_slope"])
 
 
 def stability_class(summary: pd.DataFrame, converged_rel: float = 1e-2) -> pd.Series:
-    """diverged (NaN/inf, or ended above its initial loss), converged (loss/loss0 <= 1e-2), else stalled."""
+    """diverged (the loss became NaN/inf), unstable (finite, but ended above its initial loss),
+    converged (loss/loss0 <= 1e-2), else stalled."""
     ratio = summary["final_train_loss"] / summary["loss0"]
-    out = np.where(summary["diverged"] | ~np.isfinite(ratio) | (ratio > 1.0), "diverged",
-                   np.where(ratio <= converged_rel, "converged", "stalled"))
+    blown = summary["diverged"].to_numpy(bool) | ~np.isfinite(ratio.to_numpy(float))
+    out = np.where(blown, "diverged", np.where(ratio > 1.0, "unstable",
+                                               np.where(ratio <= converged_rel, "converged", "stalled")))
     return pd.Series(out, index=summary.index, name="stability")
 
 
 def max_stable_lr(runs: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
-    """Per (model, L): the largest learning rate at which no seed diverged, and at which all converged."""
-    df = runs.merge(summary, on="run_id")
+    """Per (model, any other swept setting, L): the largest learning rate at which no seed
+    diverged or ended above its initial loss, and the largest at which every seed converged."""
+    extra = swept_columns(runs, ["lr"])
+    keys = ["model", *extra, "L"]
+    df = groupable(runs, extra).merge(summary, on="run_id")
     df["stability"] = stability_class(df)
+    vary = [k for k in extra if df[k].astype(str).nunique() > 1]
     rows = []
-    for (model, L), g in df.groupby(["model", "L"]):
+    for key, g in df.groupby(keys, dropna=False):
+        rec = dict(zip(keys, key))
         per_lr = g.groupby("lr")["stability"].agg(lambda s: set(s))
-        stable = [lr for lr, s in per_lr.items() if "diverged" not in s]
+        stable = [lr for lr, s in per_lr.items() if not s & {"diverged", "unstable"}]
         conv = [lr for lr, s in per_lr.items() if s == {"converged"}]
-        rows.append({"model": model, "L": L, "max_stable_lr": max(stable) if stable else np.nan,
-                     "max_converged_lr": max(conv) if conv else np.nan,
-                     "lrs_tried": len(per_lr)})
-    return pd.DataFrame(rows)
+        rows.append({**rec, "group": group_label(rec, vary), "max_stable_lr": max(stable) if stable else np.nan,
+                     "max_converged_lr": max(conv) if conv else np.nan, "lrs_tried": len(per_lr)})
+    return pd.DataFrame(rows, columns=[*keys, "group", "max_stable_lr", "max_converged_lr", "lrs_tried"])

@@ -66,6 +66,13 @@ def data_spec(spec: dict) -> dict:
     return {k: spec[k] for k in ("tokens", "task", "prompts", "seed")}
 
 
+def identity(spec: dict) -> dict:
+    """What a run's numbers depend on, hashed into its id. Left out: how often it checkpoints,
+    and the evaluate section (evaluation is its own step, so new shifts never retrain)."""
+    train = {k: v for k, v in spec["train"].items() if k != "checkpoint_every"}
+    return {**{k: v for k, v in spec.items() if k != "evaluate"}, "train": train}
+
+
 def shape_key(spec: dict) -> dict:
     """Runs that agree on this have identical tensor shapes and one optimizer: one ensemble."""
     model = {k: v for k, v in spec["model"].items() if k not in ("lr", "name")}
@@ -75,7 +82,6 @@ def shape_key(spec: dict) -> dict:
         "tokens": {"kind": tok["kind"], "d": tok["d"], "K": tok.get("K")},
         "prompts": spec["prompts"],
         "train": spec["train"],
-        "evaluate": spec.get("evaluate"),
     }
 
 
@@ -110,7 +116,8 @@ def expand(exp: dict) -> list[dict]:
 
 
 def run_bytes(spec: dict) -> int:
-    """Rough peak memory of one run inside an ensemble (data + activations kept for backward)."""
+    """Rough peak memory of one run inside a training ensemble (data + activations kept for
+    backward). Evaluation under shift is a step of its own, budgeted by eval_bytes."""
     p, tok = spec["prompts"], spec["tokens"]
     n_tok = p["N"] + 1
     data = 4 * (p["train"] + p["test"]) * n_tok * (tok["d"] + 2)
@@ -124,6 +131,16 @@ def run_bytes(spec: dict) -> int:
     return data + act
 
 
+def eval_bytes(spec: dict) -> int:
+    """Rough peak memory of evaluating one run on its largest cell: the prompts in float64 (numpy)
+    and float32 (torch), the baselines' per-prompt d×d systems and the forward pass."""
+    ev, d = spec["evaluate"], spec["tokens"]["d"]
+    P, n_tok = ev["prompts"], max(ev["lengths"]) + 1
+    data = P * n_tok * (d + 1) * (8 + 4) + P * d * d * 8 * 4
+    width = spec["model"].get("width", 1) if spec["model"]["kind"] == "transformer_block" else 1
+    return data + 4 * P * n_tok * (d + 2 + 2 * width)
+
+
 def plan(cfg: dict, name: str) -> list[Run]:
     """Runs of one experiment, each with its shard assigned."""
     exp = cfg["experiments"][name]
@@ -134,8 +151,7 @@ def plan(cfg: dict, name: str) -> list[Run]:
     except ConfigError as e:
         raise ConfigError(f"experiments.{name}.{e}") from None
     for spec in specs:
-        # how often a run checkpoints does not change its numbers: not part of its identity
-        rid = stable_hash({**spec, "train": {k: v for k, v in spec["train"].items() if k != "checkpoint_every"}})
+        rid = stable_hash(identity(spec))
         if rid not in runs:  # a sweep that repeats a point trains it once
             runs[rid] = Run(run_id=rid, data_id=stable_hash(data_spec(spec)), spec=spec)
     groups: dict[str, list[Run]] = {}
@@ -162,11 +178,6 @@ def log_epochs(epochs: int, every: int) -> list[int]:
     if e[-1] != epochs:
         e.append(epochs)
     return e
-
-
-def shift_path(out_path: str) -> str:
-    """Where a shard's evaluation under shift goes, next to its .npz."""
-    return out_path[: -len(".npz")] + ".shift.parquet" if out_path.endswith(".npz") else out_path + ".shift.parquet"
 
 
 def shards(runs: list[Run]) -> dict[str, list[Run]]:

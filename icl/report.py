@@ -42,17 +42,21 @@ def _band(ax, df: pd.DataFrame, x: str, y: str, label: str, color, log: bool) ->
         ax.set_yscale("log")
 
 
-def loss_figure(curves, runs, Ls, title, theory_curves=None) -> str | None:
-    """Train loss per L (median and min-max band over seeds); the mean-field curve dashed."""
+def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test: bool = False) -> str | None:
+    """Train loss per L (or per another run column, `by`), median and min-max band over seeds;
+    the mean-field curve dashed; with `test`, the test loss on fresh prompts dotted."""
     if not Ls:
         return None
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
     pal = sns.color_palette("viridis", len(Ls))
     for color, L in zip(pal, Ls):
-        ids = runs.loc[runs["L"] == L, "run_id"]
+        ids = runs.loc[runs[by] == L, "run_id"]
         df = curves[curves["run_id"].isin(ids) & (curves["metric"] == "train_loss")]
         df = df[df["value"] > 0]
-        _band(ax, df, "epoch", "value", f"L={L:g}", color, log=True)
+        _band(ax, df, "epoch", "value", f"{by}={L:g}", color, log=True)
+        if test:
+            med = curves[curves["run_id"].isin(ids) & (curves["metric"] == "test_loss")].groupby("epoch")["value"].median()
+            ax.plot(med.index, med.values, color=color, ls=":", lw=1.1)
         if theory_curves is not None and len(theory_curves):
             mf = theory_curves[theory_curves["run_id"].isin(ids) & (theory_curves["metric"] == "mean_field_loss")]
             if len(mf):
@@ -60,8 +64,10 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None) -> str | None:
                 ax.plot(med.index, med.values, color=color, ls="--", lw=1.1)
     if theory_curves is not None and len(theory_curves):
         ax.plot([], [], color="grey", ls="--", label="mean field (LDL Lemma 2)")
+    if test:
+        ax.plot([], [], color="grey", ls=":", label="test loss, fresh prompts (median)")
     ax.set_xlabel("epoch")
-    ax.set_ylabel("train loss ½E[(ŷ−y)²] (log)")
+    ax.set_ylabel(("train " if not test else "") + "loss ½E[(ŷ−y)²] (log)")
     ax.set_title(title)
     ax.legend(fontsize=8)
     return png(fig)
@@ -130,12 +136,17 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
                 "mean_field": None}
     curves = tables["curves"][tables["curves"]["run_id"].isin(r["run_id"])]
     attn = tables["attention"][tables["attention"]["run_id"].isin(r["run_id"])]
-    flat, sharp, thr, how = split_L(r, exp)
     figs = []
     th = tables["theory_curves"]
-    fa = loss_figure(curves, r, flat, "(a) loss, flat set", th)
-    fb = loss_figure(curves, r, sharp, "(b) loss, sharp set", th)
-    figs += [f for f in (fa, fb) if f]
+    if r["L"].notna().any():
+        flat, sharp, thr, how = split_L(r, exp)
+        fa = loss_figure(curves, r, flat, "(a) loss, flat set", th)
+        fb = loss_figure(curves, r, sharp, "(b) loss, sharp set", th)
+        figs += [f for f in (fa, fb) if f]
+    else:                      # tasks without a Lipschitz constant (linear): one figure, by prompt length
+        flat, sharp = [], []
+        how = "loss by training prompt length N (the task has no Lipschitz constant L)"
+        figs.append(loss_figure(curves, r, sorted(r["N"].unique().tolist()), "loss over training", by="N", test=True))
     if not len(attn):
         figs.append(attention_summary_figure(curves, r))
     maps = []
@@ -190,7 +201,8 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str) -> None:
         clean = report_zfb._lsa_rows(tabs)
         zfb = {"figures": [f for f in (report_zfb.error_vs_length_figure(clean), report_zfb.matrix_figure(tabs),
                                        report_zfb.slope_figure(clean)) if f],
-               "verdicts": report_zfb.verdicts(tabs), "notes": report_zfb.SOURCE_NOTES}
+               "verdicts": report_zfb.verdicts(tabs), "notes": report_zfb.SOURCE_NOTES,
+               "predictors": report_zfb.predictor_table(clean)}
     runs = tabs["runs"]
     with open(os.path.join(results_dir, "shards.json")) as fh:
         shards = json.load(fh)

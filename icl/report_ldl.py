@@ -7,6 +7,7 @@ import pandas as pd
 import matplotlib.pyplot as plt
 import seaborn as sns
 
+from icl import fits
 from icl.figures import png
 from icl.theory import ldl
 
@@ -48,34 +49,38 @@ def collapse_figure(tabs, model) -> str | None:
 
 
 def slope_figure(tabs, model, tcol="t_rel_1e-2") -> str | None:
+    """Convergence time against L, one fitted line per row of slopes.parquet (regime × group)."""
+    sl = tabs["slopes"]
+    sl = sl[(sl["model"] == model) & (sl["threshold"] == tcol) & sl["slope"].notna()]
     df = _runs(tabs)
     df = df[(df["model"] == model) & df[tcol].notna() & (df[tcol] > 0)]
     if df["L"].nunique() < 2:
         return None
+    keys = [k for k in sl.columns if k in df.columns and k not in ("model", "model_kind")]
+    df = fits.groupable(df, keys)
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
-    sl = tabs["slopes"]
+    marks = dict(zip(sorted(sl["group"].unique()), "osD^v<>p*h"))
     for reg, color in (("flat", "C0"), ("sharp", "C3")):
-        g = df[df["regime"] == reg]
-        if g.empty:
-            continue
-        ax.scatter(g["L"], g[tcol], color=color, s=14, label=f"{reg} runs")
-        row = sl[(sl["model"] == model) & (sl["regime"] == reg) & (sl["threshold"] == tcol)]
-        if len(row) and np.isfinite(row["slope"].iloc[0]):
-            r = row.iloc[0]
+        for r in sl[sl["regime"] == reg].to_dict("records"):
+            g = df[fits.matching(df, r, keys)]
+            if len(g) < 2:
+                continue
+            where = f"{reg}" + (f", {r['group']}" if r["group"] else "")
+            ax.scatter(g["L"], g[tcol], color=color, s=14, marker=marks.get(r["group"], "o"))
             x = np.log(g["L"].to_numpy(float))
             b = np.mean(np.log(g[tcol].to_numpy(float))) - r["slope"] * x.mean()
             xs = np.linspace(x.min(), x.max(), 20)
             ax.plot(np.exp(xs), np.exp(b + r["slope"] * xs), color=color,
-                    label=f"slope {r['slope']:.2f} [{r['ci_lo']:.2f}, {r['ci_hi']:.2f}], theory {r['theory_slope']:.2f}")
-    Ls = df["L_star"].dropna().unique()
-    for Lst in Ls:
+                    label=f"{where}: slope {r['slope']:.2f} [{r['ci_lo']:.2f}, {r['ci_hi']:.2f}], "
+                          f"theory {r['theory_slope']:.2f}")
+    for Lst in df["L_star"].dropna().unique():
         ax.axvline(Lst, color="grey", ls=":", lw=1)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("L (dotted: L*)")
     ax.set_ylabel(f"{tcol} (epochs)")
     ax.set_title("convergence time against L")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=6)
     return png(fig)
 
 
@@ -84,8 +89,11 @@ def stability_figure(tabs, model) -> str | None:
     if st.empty or st["lrs_tried"].max() < 2:
         return None
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
-    ax.plot(st["L"], st["max_stable_lr"], "o-", label="largest lr that did not diverge")
-    ax.plot(st["L"], st["max_converged_lr"], "s--", label="largest lr at which all seeds converged")
+    for (group, g), color in zip(st.groupby("group", sort=True), sns.color_palette("tab10")):
+        tag = f" ({group})" if group else ""
+        ax.plot(g["L"], g["max_stable_lr"], "o-", color=color,
+                label=f"largest lr with no seed diverged or above loss₀{tag}")
+        ax.plot(g["L"], g["max_converged_lr"], "s--", color=color, label=f"largest lr at which all seeds converged{tag}")
     for Lst in _runs(tabs)["L_star"].dropna().unique():
         ax.axvline(Lst, color="grey", ls=":", lw=1)
     ax.set_xscale("log")
@@ -93,7 +101,7 @@ def stability_figure(tabs, model) -> str | None:
     ax.set_xlabel("L (dotted: L*)")
     ax.set_ylabel("learning rate")
     ax.set_title("step-size stability")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=6)
     return png(fig)
 
 
@@ -183,7 +191,8 @@ def verdicts(tabs, model) -> list[dict]:
             lo_t, hi_t = sorted([-2.0, r.theory_slope if np.isfinite(r.theory_slope) else -2.0])
             inside = (r.ci_lo <= hi_t and r.ci_hi >= lo_t) if np.isfinite(r.ci_lo) else None
             reg = r.regime if isinstance(r.regime, str) else "all runs"
-            parts.append(f"{reg} (lr {r.lr:g}, Δ {_fmt(r.delta)}): {r.slope:.2f} [{_fmt(r.ci_lo)}, {_fmt(r.ci_hi)}] "
+            where = r.group or f"lr {r.lr:g}, Δ {_fmt(r.delta)}"
+            parts.append(f"{reg} ({where}): {r.slope:.2f} [{_fmt(r.ci_lo)}, {_fmt(r.ci_hi)}] "
                          f"vs theory {_fmt(lo_t)}…{_fmt(hi_t)}")
             hits.append(inside)
         verdict = UNSURE if any(h is None for h in hits) else (HOLDS if all(hits) else (FAILS if not any(hits) else UNSURE))
@@ -212,19 +221,23 @@ def verdicts(tabs, model) -> list[dict]:
         add("a transition at L* = 1/(Δδ)", "behaviour changes at L*", "the sweep does not cross L*", NOT_HERE)
     # 6. the flat regime tolerates larger steps
     st = tabs["stability"][tabs["stability"]["model"] == model].dropna(subset=["max_stable_lr"])
-    top = st["max_stable_lr"].max() if len(st) else np.nan
-    if len(st) >= 2 and st["lrs_tried"].max() >= 2 and (st["max_stable_lr"] == top).all():
-        add("the flat regime tolerates larger steps", "largest stable lr decreases with L",
-            f"no run diverged at any L up to the largest lr tried ({top:g}): the range does not find the limit",
-            UNSURE)
-    elif len(st) >= 2 and st["lrs_tried"].max() >= 2:
-        rho = pd.Series(st["L"].to_numpy()).rank().corr(pd.Series(st["max_stable_lr"].to_numpy()).rank())  # Spearman
-        add("the flat regime tolerates larger steps", "largest stable lr decreases with L",
-            f"Spearman correlation of largest stable lr with L: {_fmt(rho, 2)} over {len(st)} values of L",
-            HOLDS if rho < -0.5 else (FAILS if rho > 0 else UNSURE))
-    else:
+    groups = [(grp, g) for grp, g in st.groupby("group", sort=True) if len(g) >= 2 and g["lrs_tried"].max() >= 2]
+    rhos, parts = [], []
+    for grp, g in groups:
+        tag = f" ({grp})" if grp else ""
+        if (g["max_stable_lr"] == g["max_stable_lr"].max()).all():
+            parts.append(f"no run diverged at any L up to the largest lr tried ({g['max_stable_lr'].max():g}){tag}")
+            continue
+        rho = g["L"].rank().corr(g["max_stable_lr"].rank())     # Spearman
+        rhos.append(rho)
+        parts.append(f"Spearman correlation of largest stable lr with L: {_fmt(rho, 2)} over {len(g)} values of L{tag}")
+    if not groups:
         add("the flat regime tolerates larger steps", "largest stable lr decreases with L",
             "this experiment does not sweep the learning rate (see ldl_stability)", NOT_HERE)
+    else:
+        verdict = UNSURE if not rhos or len(rhos) < len(groups) else (
+            HOLDS if all(r < -0.5 for r in rhos) else (FAILS if all(r > 0 for r in rhos) else UNSURE))
+        add("the flat regime tolerates larger steps", "largest stable lr decreases with L", "; ".join(parts), verdict)
     # 7. accurate prediction for unseen functions
     rel = df["final_test_loss"] / df["test_loss0"]
     add("accurate prediction for unseen functions (Prop. 1)", "test loss on new task functions → 0",

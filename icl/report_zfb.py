@@ -70,6 +70,17 @@ def error_vs_length_figure(shift: pd.DataFrame) -> str:
     return png(fig)
 
 
+def predictor_table(shift: pd.DataFrame) -> str:
+    """Median MSE of every model and baseline by test length M, without shift (HTML)."""
+    d = shift[shift["shift"] == "none"]
+    if d.empty:
+        return ""
+    t = d.groupby(["predictor", "M"])["mse"].median().unstack("M")
+    t = t.loc[t.min(axis=1).sort_values().index]
+    t.columns = [f"M={m}" for m in t.columns]
+    return t.reset_index().to_html(index=False, float_format=lambda v: f"{v:.3g}", na_rep="—", classes="tbl")
+
+
 def matrix_figure(tabs) -> str | None:
     gone = set(tabs["summary"].loc[tabs["summary"]["diverged"], "run_id"])
     runs = tabs["runs"][(tabs["runs"]["model_kind"] == "lsa") & ~tabs["runs"]["run_id"].isin(gone)]

@@ -15,9 +15,7 @@ import torch
 
 from icl import models, optim
 from icl.data import fresh_batch, read_dataset
-from icl.evaluate import evaluate_shard
-from icl.plan import log_epochs, shift_path
-from icl.tables import write_parquet
+from icl.plan import log_epochs
 from icl.theory.table import lsa_target
 from icl.provenance import code_hash, code_version
 
@@ -225,8 +223,6 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
                           "elapsed": elapsed0 + time.time() - t0}, ckpt_path)
     prog.update(epochs, start, int(active.sum()), R, force=True)
     seconds = elapsed0 + time.time() - t0
-    shift = evaluate_shard(runs, cache, model, params, active, dev, label)
-    write_parquet(shift, shift_path(out_path))
     out = {
         "run_id": np.asarray(run_ids), "epoch": log_at, "diverged_at": diverged_at,
         "seconds": np.asarray(seconds), "device": np.asarray(str(dev)),

@@ -3,7 +3,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from icl.fits import slope_with_bootstrap, stability_class, theory_slope
+from icl.fits import convergence_slopes, max_stable_lr, slope_with_bootstrap, stability_class, theory_slope
 
 
 def _frame(slope, noise, seeds=5, seed=0):
@@ -49,4 +49,52 @@ def test_theory_slope_flat_is_minus_two():
 def test_stability_classes():
     s = pd.DataFrame({"final_train_loss": [1e-4, 0.5, 2.0, np.nan], "loss0": [1.0, 1.0, 1.0, 1.0],
                       "diverged": [False, False, False, True]})
-    assert stability_class(s).tolist() == ["converged", "stalled", "diverged", "diverged"]
+    assert stability_class(s).tolist() == ["converged", "stalled", "unstable", "diverged"]
+
+
+def _sweep_tables(g):
+    """Runs over L x seed x noise (a setting the fixed keys do not name), t = a·L^slope(noise)."""
+    runs, summ = [], []
+    for noise, slope in ((0.0, -2.0), (0.5, -1.0)):
+        for L in (0.5, 1.0, 2.0, 4.0):
+            for seed in range(4):
+                rid = f"r{noise}-{L}-{seed}"
+                runs.append({"run_id": rid, "model": "sq", "model_kind": "softmax_q", "lr": 1.0, "delta": 3.0,
+                             "K": 4, "N": 100, "L": L, "seed": seed, "noise": noise, "probs": None})
+                t = 40 * L ** slope * np.exp(0.05 * g.standard_normal())
+                summ.append({"run_id": rid, "diverged": False, "loss0": 2.0, "final_train_loss": 1e-3,
+                             "t_rel_1e-1": t, "t_rel_1e-2": 2 * t})
+    runs = pd.DataFrame(runs)
+    theory = pd.DataFrame({"run_id": runs["run_id"], "regime": "sharp"})
+    return runs, pd.DataFrame(summ), theory
+
+
+def test_slopes_group_by_every_swept_setting():
+    runs, summ, theory = _sweep_tables(np.random.default_rng(1))
+    sl = convergence_slopes(runs, summ, theory, tcols=("t_rel_1e-1",))
+    assert len(sl) == 2 and sorted(sl["group"]) == ["noise=0", "noise=0.5"]
+    for r in sl.itertuples():
+        ids = runs.loc[runs["noise"] == r.noise, "run_id"]
+        sub = summ[summ["run_id"].isin(ids)].merge(runs, on="run_id")
+        ref = np.polyfit(np.log(sub["L"]), np.log(sub["t_rel_1e-1"]), 1)[0]
+        assert r.slope == pytest.approx(ref, rel=1e-12)
+        # ε of the theorems is absolute: the relative threshold times the runs' initial loss
+        assert r.theory_slope == pytest.approx(theory_slope([0.5, 1.0, 2.0, 4.0], 4, 100, 3.0, 1.0, "sharp", 0.1 * 2.0))
+    st = max_stable_lr(runs, summ)
+    assert len(st) == 8 and set(st["group"]) == {"noise=0", "noise=0.5"}
+
+
+def test_report_draws_one_line_per_group():
+    """The report's slope and stability figures work from tables with an extra swept setting."""
+    from icl import report_ldl
+    runs, summ, theory = _sweep_tables(np.random.default_rng(2))
+    runs = pd.concat([runs, runs.assign(run_id=runs["run_id"] + "-lr", lr=2.0)], ignore_index=True)
+    summ = pd.concat([summ, summ.assign(run_id=summ["run_id"] + "-lr", final_train_loss=np.nan, diverged=True)],
+                     ignore_index=True)
+    theory = pd.DataFrame({"run_id": runs["run_id"], "regime": "sharp", "L_star": 0.4})
+    tabs = {"runs": runs, "summary": summ, "theory": theory,
+            "slopes": convergence_slopes(runs, summ, theory, tcols=("t_rel_1e-2",)),
+            "stability": max_stable_lr(runs, summ)}
+    assert set(tabs["stability"]["max_stable_lr"]) == {1.0}        # lr 2 diverged everywhere
+    for fig in (report_ldl.slope_figure(tabs, "sq"), report_ldl.stability_figure(tabs, "sq")):
+        assert isinstance(fig, str) and len(fig) > 1000               # a base64 PNG

@@ -111,15 +111,15 @@ def _spec(kind="gaussian"):
 def test_shifts_do_what_they_say():
     spec = _spec()
     feats = np.zeros((0, 3))
-    base, _ = eval_prompts(spec, feats, "none", None, 5, 0)
-    scaled, _ = eval_prompts(spec, feats, "scale", 3.0, 5, 1)
-    q, _ = eval_prompts(spec, feats, "query_only", 2.0, 5, 2)
+    base, _, _ = eval_prompts(spec, feats, "none", None, 5, 0)
+    scaled, _, _ = eval_prompts(spec, feats, "scale", 3.0, 5, 1)
+    q, _, _ = eval_prompts(spec, feats, "query_only", 2.0, 5, 2)
     v = lambda a: a.reshape(-1, 3).var(0)
     np.testing.assert_allclose(v(base), [1.0, 2.0, 0.5], rtol=0.03)
     np.testing.assert_allclose(v(scaled), 9 * np.array([1.0, 2.0, 0.5]), rtol=0.03)
     np.testing.assert_allclose(q[:, -1].var(0), 4 * np.array([1.0, 2.0, 0.5]), rtol=0.05)
     np.testing.assert_allclose(v(q[:, :-1]), [1.0, 2.0, 0.5], rtol=0.03)
-    again, _ = eval_prompts(spec, feats, "scale", 3.0, 5, 1)
+    again, _, _ = eval_prompts(spec, feats, "scale", 3.0, 5, 1)
     np.testing.assert_array_equal(again, scaled)
     assert cells(spec["evaluate"]) == [("none", None), ("scale", 3.0), ("query_only", 2.0)]
 
@@ -128,7 +128,7 @@ def test_shifts_do_what_they_say():
 def test_lsa_limit_matches_theory_monte_carlo(kind, c):
     """The closed-form LSA optimum on the evaluation prompts: MSE and slope within 5 s.e. of theory."""
     spec = _spec()
-    x, y = eval_prompts(spec, np.zeros((0, 3)), kind, c, 5, 7)
+    x, y, _ = eval_prompts(spec, np.zeros((0, 3)), kind, c, 5, 7)
     B = lsa.optimal_B([1.0, 2.0, 0.5], 10)
     pred = lsa.lsa_predict(B, x[:, :-1], y[:, :-1], x[:, -1])
     mse, se, slope, slope_se = _stats(pred[None], y[None, :, -1])

@@ -13,6 +13,13 @@ def code_trigger():
     return code_hash() if CFG["rerun_on_code_change"] else "off"
 
 
+def stamp_value(exp, what):
+    """What a stamp file holds: the code trigger, or the experiment's evaluate section."""
+    if what == "code":
+        return json.dumps(code_trigger())
+    return json.dumps(CFG["experiments"][exp].get("evaluate"), sort_keys=True)
+
+
 def experiment_spec(exp):
     """The validated config of one experiment plus the global settings, quoted for a shell."""
     settings = {k: v for k, v in CFG.items() if k != "experiments"}
@@ -36,6 +43,39 @@ def shard_mem_mb(exp, shard):
     members = [r for r in PLANS[exp] if r.shard == shard]
     # the job runs Snakemake twice on a cluster (~170 MB each) besides the training process
     return 1500 + sum(run_bytes(r.spec) for r in members) // 2**20
+
+
+def eval_mem_mb(exp, shard):
+    from icl.plan import eval_bytes
+    spec = next(r.spec for r in PLANS[exp] if r.shard == shard)
+    n = sum(r.shard == shard for r in PLANS[exp])
+    # evaluation works through the shard in chunks that fit memory_budget_mb
+    return 1500 + min(n * eval_bytes(spec), CFG["memory_budget_mb"] * 2**20) // 2**20
+
+
+def shift_files(exp):
+    """The shards' evaluations under shift, for experiments that have an evaluate section."""
+    if not CFG["experiments"][exp].get("evaluate"):
+        return []
+    return [f"results/{exp}/shards/{s}.shift.parquet" for s in shard_names(exp)]
+
+
+# Stamps carry a value into the jobs behind plan.json's `ancient` edge (prompts, train,
+# evaluate). A params trigger on those jobs themselves is lost whenever plan.json is rewritten
+# in the same invocation (Snakemake 9 skips the own checks of jobs downstream of a job that
+# reruns, and does not cross an ancient edge), so the value lives in a file of its own that is
+# rewritten only when the value changes, and the jobs take that file as an ordinary input.
+rule stamp:
+    output:
+        "results/{exp}/stamps/{what}.json",
+    params:
+        value=lambda w: shlex.quote(stamp_value(w.exp, w.what)),
+    wildcard_constraints:
+        what="code|evaluate",
+    log:
+        "logs/{exp}/stamp_{what}.log",
+    shell:
+        "printf '%s\\n' {params.value} > {output} 2> {log}"
 
 
 rule plan:

@@ -1,10 +1,9 @@
 rule prompts:
     input:
         plan=ancient("results/{exp}/plan.json"),
+        code="results/{exp}/stamps/code.json",
     output:
         "results/{exp}/prompts/{data_id}.npz",
-    params:
-        code=code_trigger(),
     benchmark:
         "logs/{exp}/benchmark/prompts/{data_id}.tsv"
     log:

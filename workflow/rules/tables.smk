@@ -2,6 +2,7 @@ rule tables:
     input:
         runs="results/{exp}/runs.parquet",
         shards=lambda w: expand("results/{exp}/shards/{s}.npz", exp=w.exp, s=shard_names(w.exp)),
+        shift=lambda w: shift_files(w.exp),
     output:
         expand("results/{{exp}}/{t}.parquet", t=["curves", "attention", "matrices", "summary", "shift"]),
         "results/{exp}/shards.json",
@@ -12,4 +13,4 @@ rule tables:
     log:
         "logs/{exp}/tables.log",
     shell:
-        "OMP_NUM_THREADS={threads} {PY} -m icl tables --runs {input.runs} --outdir results/{wildcards.exp} {input.shards} 2> {log}"
+        "OMP_NUM_THREADS={threads} {PY} -m icl tables --runs {input.runs} --outdir results/{wildcards.exp} --shift {input.shift} -- {input.shards} 2> {log}"

@@ -5,19 +5,17 @@
 rule train:
     input:
         plan=ancient("results/{exp}/plan.json"),
+        code="results/{exp}/stamps/code.json",
         prompts=lambda w: expand("results/{exp}/prompts/{d}.npz", exp=w.exp, d=shard_data(w.exp, w.shard)),
     output:
-        shard="results/{exp}/shards/{shard}.npz",
-        shift="results/{exp}/shards/{shard}.shift.parquet",
+        "results/{exp}/shards/{shard}.npz",
     threads: 2
     resources:
         mem_mb=lambda w: shard_mem_mb(w.exp, w.shard),
-    params:
-        code=code_trigger(),
     benchmark:
         "logs/{exp}/benchmark/train/{shard}.tsv"
     log:
         "logs/{exp}/train/{shard}.log",
     shell:
         "OMP_NUM_THREADS={threads} {PY} -m icl train --plan {input.plan} --shard {wildcards.shard} "
-        "--prompts-dir results/{wildcards.exp}/prompts --out {output.shard} --threads {threads} 2> {log}"
+        "--prompts-dir results/{wildcards.exp}/prompts --out {output} --threads {threads} 2> {log}"
