@@ -71,21 +71,23 @@ def cmd_train(args) -> None:
 
 
 def cmd_evaluate(args) -> None:
-    from icl.evaluate import evaluate_trained
+    from icl.evaluate import baseline_owners, evaluate_trained
     pl = _read_plan(args.plan)
-    runs = [r for r in pl["runs"] if r["shard"] == args.shard]
-    if not runs:
-        sys.exit(f"error: shard {args.shard} is not in {args.plan}; rerun snakemake to refresh the plan")
+    every = pl["runs"]
     if args.evaluate_spec:      # the workflow's stamp: the evaluate section this job was run for
         with open(args.evaluate_spec) as fh:
             ev = json.load(fh)
-        runs = [{**r, "spec": {**r["spec"], "evaluate": ev}} for r in runs]
+        every = [{**r, "spec": {**r["spec"], "evaluate": ev}} for r in every]
+    runs = [r for r in every if r["shard"] == args.shard]
+    if not runs:
+        sys.exit(f"error: shard {args.shard} is not in {args.plan}; rerun snakemake to refresh the plan")
     if not runs[0]["spec"].get("evaluate"):
         sys.exit(f"error: experiment {pl['experiment']} has no evaluate section; nothing to evaluate")
     paths = {r["data_id"]: os.path.join(args.prompts_dir, f"{r['data_id']}.npz") for r in runs}
     settings = pl["settings"]
     evaluate_trained(runs, paths, args.trained, args.out, device=args.device or settings.get("device", "auto"),
-                     threads=args.threads, budget_mb=settings.get("memory_budget_mb", 4096), label=args.shard)
+                     threads=args.threads, budget_mb=settings.get("memory_budget_mb", 4096), label=args.shard,
+                     baseline_keys={k for k, s in baseline_owners(every).items() if s == args.shard})
 
 
 def cmd_tables(args) -> None:

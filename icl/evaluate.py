@@ -22,11 +22,10 @@ import torch
 
 from icl.data import STREAM_EVAL, rng, sample_labels, sample_tokens
 from icl.plan import eval_bytes, stable_hash
+from icl.tables import SHIFT_DTYPES, empty_shift, write_parquet
 from icl.theory import lsa
 from icl.theory.table import lsa_optimum
 
-COLUMNS = ["predictor", "model_kind", "run_id", "eval_id", "N", "shift", "c", "M", "mse", "mse_se", "slope",
-           "slope_se", "theory_mse", "theory_slope"]
 
 
 def cells(ev: dict) -> list[tuple[str, float | None]]:
@@ -121,12 +120,23 @@ def baselines(x: np.ndarray, y: np.ndarray, ridge: float, feat: np.ndarray | Non
     return out
 
 
-def evaluate_shard(runs, cache, model, params, active, dev, label="shard") -> pd.DataFrame:
-    """All rows of shift.parquet that this shard contributes (empty without an evaluate section)."""
+def baseline_owners(runs: list[dict]) -> dict:
+    """Which shard evaluates the baselines of each prompt set (eval_id, N): the first by name of
+    the shards that hold it, so every set is done once per experiment, not once per model."""
+    owners: dict = {}
+    for r in runs:
+        key = (eval_id(r["spec"]), r["spec"]["prompts"]["N"])
+        owners[key] = min(owners.get(key, r["shard"]), r["shard"])
+    return owners
+
+
+def evaluate_shard(runs, cache, model, params, active, dev, label="shard", baseline_keys=None) -> pd.DataFrame:
+    """All rows of shift.parquet that this shard contributes (empty without an evaluate section).
+    baseline_keys: the (eval_id, N) prompt sets whose baselines this shard evaluates (None: all)."""
     spec0 = runs[0]["spec"]
     ev = spec0.get("evaluate")
     if not ev:
-        return pd.DataFrame({c: pd.Series(dtype="float64") for c in COLUMNS})
+        return empty_shift()
     rows = []
     live = active.cpu().numpy()
     for ci, (kind, c) in enumerate(cells(ev)):
@@ -150,7 +160,7 @@ def evaluate_shard(runs, cache, model, params, active, dev, label="shard") -> pd
             done = set()
             for i, r in enumerate(runs):                      # baselines once per distinct prompt set
                 key = (eval_id(r["spec"]), r["spec"]["prompts"]["N"])
-                if key in done:
+                if key in done or (baseline_keys is not None and key not in baseline_keys):
                     continue
                 done.add(key)
                 xs, ys, fs = data[i]
@@ -168,18 +178,15 @@ def evaluate_shard(runs, cache, model, params, active, dev, label="shard") -> pd
                                  "slope_se": sl_se[0],
                                  "theory_mse": th[0], "theory_slope": th[1]})
         print(f"[{label}] evaluated shift {kind} c={c}", file=sys.stderr, flush=True)
-    df = pd.DataFrame(rows, columns=COLUMNS)
-    df["N"] = df["N"].astype("Int64")
-    df["run_id"] = df["run_id"].astype("string")
-    return df
+    return pd.DataFrame(rows, columns=list(SHIFT_DTYPES)).astype(SHIFT_DTYPES)
 
 
 def evaluate_trained(runs: list[dict], data_paths: dict, trained_path: str, out_path: str, device: str = "auto",
-                     threads: int | None = None, budget_mb: int = 4096, label: str = "shard") -> pd.DataFrame:
+                     threads: int | None = None, budget_mb: int = 4096, label: str = "shard",
+                     baseline_keys=None) -> pd.DataFrame:
     """shift.parquet rows of one trained shard. Runs are evaluated in chunks that fit budget_mb."""
     from icl import models
     from icl.data import read_dataset
-    from icl.tables import write_parquet
     from icl.train import pick_device
     if threads:
         torch.set_num_threads(threads)
@@ -211,7 +218,7 @@ def evaluate_trained(runs: list[dict], data_paths: dict, trained_path: str, out_
                   if k.startswith("param_")}
         active = torch.as_tensor(trained["diverged_at"][idx] < 0, device=dev)
         where = label if size >= len(runs) else f"{label} runs {i + 1}-{i + len(chunk)}/{len(runs)}"
-        parts.append(evaluate_shard(chunk, cache, model, params, active, dev, where))
+        parts.append(evaluate_shard(chunk, cache, model, params, active, dev, where, baseline_keys))
     df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     # baselines depend on the prompts only: one copy even when two chunks shared them
     df = df.drop_duplicates(subset=["predictor", "run_id", "eval_id", "N", "shift", "c", "M"], ignore_index=True)

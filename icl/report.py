@@ -73,7 +73,7 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
     return png(fig)
 
 
-def attention_scores_figure(attn, runs, L, K) -> str:
+def attention_scores_figure(attn, runs, L, K, tag: str = "") -> str:
     """Attn_1 (own score of v_1) and Attn_{k,1}: mass a query with feature 1 puts on feature k."""
     ids = runs.loc[runs["L"] == L, "run_id"]
     df = attn[attn["run_id"].isin(ids) & (attn["query_feature"] == 0)]
@@ -85,12 +85,12 @@ def attention_scores_figure(attn, runs, L, K) -> str:
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("epoch")
     ax.set_ylabel("attention score")
-    ax.set_title(f"attention of a v₁ query, L={L:g}")
+    ax.set_title(f"attention of a v₁ query, L={L:g}{tag}")
     ax.legend(fontsize=8)
     return png(fig)
 
 
-def attention_maps_figure(attn, runs, L, epochs_all) -> str:
+def attention_maps_figure(attn, runs, L, epochs_all, tag: str = "") -> str:
     ids = runs.loc[runs["L"] == L, "run_id"]
     df = attn[attn["run_id"].isin(ids)]
     picks = sorted({epochs_all[int(round(q * (len(epochs_all) - 1)))] for q in (0, 0.1, 0.25, 0.5, 1.0)})
@@ -104,7 +104,7 @@ def attention_maps_figure(attn, runs, L, epochs_all) -> str:
         ax.set_ylabel("key feature i")
         ax.set_xticklabels([str(int(t.get_text()) + 1) for t in ax.get_xticklabels()])
         ax.set_yticklabels([str(int(t.get_text()) + 1) for t in ax.get_yticklabels()])
-    fig.suptitle(f"attention maps Attn[i, j], L={L:g} (mean over seeds)", fontsize=10)
+    fig.suptitle(f"attention maps Attn[i, j], L={L:g}{tag} (mean over seeds)", fontsize=10)
     return png(fig)
 
 
@@ -115,7 +115,7 @@ def split_L(runs: pd.DataFrame, exp: dict) -> tuple[list, list, float | None, st
     thr = (exp.get("report") or {}).get("flat_max_L")
     if thr is not None:
         how = f"flat set: L ≤ {thr:g} (report.flat_max_L in the config)"
-    elif tok["kind"] == "discrete" and runs["delta"].nunique() == 1 and runs["N"].nunique() == 1:
+    elif tok["kind"] == "discrete" and runs[["delta", "N", "K"]].nunique().max() == 1:
         thr = L_star(int(runs["K"].iloc[0]), int(runs["N"].iloc[0]), float(runs["delta"].iloc[0]))
         how = f"flat set: L ≤ L* = 1/(Δδ) = {thr:.3f}, δ = sqrt(20K/N), unit constant"
     else:
@@ -151,16 +151,17 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
         figs.append(attention_summary_figure(curves, r))
     maps = []
     if len(attn):
-        K = int(r["K"].iloc[0])
         epochs_all = sorted(attn["epoch"].unique().tolist())
-        chosen = []
-        if flat:
-            chosen.append(("(c) flat", flat[0]))
-        if sharp:
-            chosen.append(("(d) sharp", min(sharp, key=lambda L: abs(L - 1.0))))
-        for _, L in chosen:
-            figs.append(attention_scores_figure(attn, r, L, K))
-            maps.append(attention_maps_figure(attn, r, L, epochs_all))
+        Ks = sorted(r["K"].dropna().unique().tolist())
+        for K in Ks:                       # maps of different K do not average: one set per K
+            rk = r[r["K"] == K]
+            tag = f", K={K}" if len(Ks) > 1 else ""
+            chosen = [L for L in flat if L in set(rk["L"])][:1]
+            chosen += [min((L for L in sharp if L in set(rk["L"])), key=lambda L: abs(L - 1.0))] \
+                if set(sharp) & set(rk["L"]) else []
+            for L in chosen:
+                figs.append(attention_scores_figure(attn, rk, L, int(K), tag))
+                maps.append(attention_maps_figure(attn, rk, L, epochs_all, tag))
     if n_div:
         how += f"; {n_div} diverged run(s) left out of these figures (listed above)"
     if not ldl:
@@ -168,7 +169,7 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
                 "split": how, "figures": figs, "maps": maps, "theory_figures": [], "verdicts": [], "mean_field": None}
     theory_figs = [f for f in (report_ldl.collapse_figure(tables, name), report_ldl.slope_figure(tables, name),
                                report_ldl.stability_figure(tables, name),
-                               report_ldl.phase_diagram_figure(tables, name)) if f]
+                               *report_ldl.phase_diagram_figures(tables, name)) if f]
     return {"name": name, "kind": r["model_kind"].iloc[0], "optimizer": r["optimizer"].iloc[0],
             "split": how, "figures": figs, "maps": maps, "theory_figures": theory_figs,
             "verdicts": report_ldl.verdicts(tables, name), "mean_field": report_ldl.mean_field_check(tables, name)}

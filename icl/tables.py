@@ -69,6 +69,16 @@ def run_row(run: dict) -> dict:
     return row
 
 
+SHIFT_DTYPES = {"predictor": "string", "model_kind": "string", "run_id": "string", "eval_id": "string",
+                "N": "Int64", "shift": "string", "c": "float64", "M": "int64", "mse": "float64", "mse_se": "float64",
+                "slope": "float64", "slope_se": "float64", "theory_mse": "float64", "theory_slope": "float64"}
+
+
+def empty_shift() -> pd.DataFrame:
+    """shift.parquet of an experiment without an evaluate section: no rows, the same columns."""
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in SHIFT_DTYPES.items()})
+
+
 def runs_table(runs: list[dict], experiment: str, config_hash: str) -> pd.DataFrame:
     df = pd.DataFrame([run_row(r) for r in runs])
     for col, dtype in {"width": "Int64", "K": "Int64", "batch_size": "Int64", "ffn_mult": "Int64",
@@ -179,8 +189,7 @@ def aggregate(runs_path: str, shard_paths: list[str], outdir: str,
         tables["shift"] = pd.concat(shift, ignore_index=True).drop_duplicates(
             subset=["predictor", "run_id", "eval_id", "N", "shift", "c", "M"], ignore_index=True)
     else:
-        from icl.evaluate import COLUMNS
-        tables["shift"] = pd.DataFrame({c: pd.Series(dtype="float64") for c in COLUMNS})
+        tables["shift"] = empty_shift()
     missing = set(runs["run_id"]) - set(tables["summary"]["run_id"])
     if missing:
         raise RuntimeError(f"{len(missing)} planned runs have no results (e.g. {sorted(missing)[0]}); "

@@ -158,4 +158,10 @@ def test_new_shifts_rerun_evaluation_not_training(tmp_path):
     assert {p: p.stat().st_mtime_ns for p in shards} == before
     shift = pd.read_parquet(tmp_path / "results/z/shift.parquet")
     assert set(shift["shift"]) == {"none", "scale", "query_only"}
+    # the baselines of each prompt set are evaluated by one shard only, and every set is covered
+    per_shard = [pd.read_parquet(p) for p in sorted((tmp_path / "results/z/shards").glob("*.shift.parquet"))]
+    n_base = [int((df["model_kind"] == "baseline").sum()) for df in per_shard]
+    assert sorted(n_base) == [0, 3 * 5 * 3 * 2]          # seeds x baselines x cells x lengths, in one shard
+    base = shift[shift["model_kind"] == "baseline"]
+    assert len(base) == 3 * 5 * 3 * 2 and base["eval_id"].nunique() == 3
     assert "Nothing to be done" in (r := snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(cfg))).stdout + r.stderr

@@ -98,3 +98,24 @@ def test_bad_config_refused_before_any_job(tmp_path):
     assert "config error: experiments.tiny.task.L: -2 is out of range; must be > 0" in res.stderr
     assert "Traceback" not in res.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_sweep_over_K_reports_each_K_apart(tmp_path):
+    """Attention maps, slopes and phase diagrams are per K when K is swept (they do not average)."""
+    from conftest import TINY
+    cfg = yaml.safe_load(yaml.safe_dump(TINY))
+    exp = cfg["experiments"]["tiny"]
+    exp["models"] = exp["models"][:1]
+    exp["sweep"] = {"tokens.K": [2, 3], "task.L": [0.2, 1.5], "seed": [0, 1]}
+    (tmp_path / "k.yaml").write_text(yaml.safe_dump(cfg))
+    res = snakemake(tmp_path, "--cores", "2", "--configfile", str(tmp_path / "k.yaml"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    slopes = pd.read_parquet(tmp_path / "results/tiny/slopes.parquet")
+    assert set(slopes["group"]) == {"K=2", "K=3"}
+    att = pd.read_parquet(tmp_path / "results/tiny/attention.parquet").merge(
+        pd.read_parquet(tmp_path / "results/tiny/runs.parquet")[["run_id", "K"]], on="run_id")
+    assert {int(k): int(v) for k, v in att.groupby("K")["key_feature"].max().items()} == {2: 1, 3: 2}
+    html = (tmp_path / "reports/tiny.html").read_text()
+    # with K swept there is no single L*: all L are drawn together, and one set of maps per K
+    assert html.count('alt="attention maps"') == 2
+    assert html.count('alt="figure"') == 1 + 2              # one loss figure, attention scores per K
