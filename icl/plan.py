@@ -116,18 +116,21 @@ def expand(exp: dict) -> list[dict]:
 
 
 def run_bytes(spec: dict) -> int:
-    """Rough peak memory of one run inside a training ensemble (data + activations kept for
-    backward). Evaluation under shift is a step of its own, budgeted by eval_bytes."""
+    """Peak memory of one run inside a training ensemble, an upper bound with some slack
+    (benchmarks/memory.py measures it against the real peak: 1.2x at the paper's sizes).
+    Evaluation under shift is a step of its own, budgeted by eval_bytes."""
     p, tok = spec["prompts"], spec["tokens"]
-    n_tok = p["N"] + 1
-    data = 4 * (p["train"] + p["test"]) * n_tok * (tok["d"] + 2)
+    n_tok, rows = p["N"] + 1, p["train"] + p["test"]
+    tok_bytes = 4 * n_tok * (tok["d"] + 2)                      # one prompt, float32
+    data = 2 * rows * tok_bytes                                  # as read, and stacked for the ensemble
     batch = spec["train"].get("batch_size") or p["train"]
     eval_rows = max(batch, min(p["test"], 4096))
     if spec["model"]["kind"] == "transformer_block":
-        w = spec["model"]["width"]
-        act = 4 * eval_rows * n_tok * w * 6
+        # token features of train and test (cached), temporaries and saved tensors of a pass,
+        # and the per-query width vectors
+        act = rows * tok_bytes + 4 * eval_rows * tok_bytes + 4 * eval_rows * spec["model"]["width"] * 16
     else:
-        act = 4 * eval_rows * n_tok * 6
+        act = eval_rows * tok_bytes                              # scores and the broadcast in the einsums
     return data + act
 
 
