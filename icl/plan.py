@@ -168,12 +168,52 @@ def plan(cfg: dict, name: str) -> list[Run]:
                 f"{cfg['memory_budget_mb']}; reduce prompts.N/train/test or model width, or raise memory_budget_mb")
         size = max(1, min(cfg["shard_size"], budget // need))
         model = members[0].spec["model"]["kind"]
-        for i in range(0, len(members), size):
-            chunk = members[i:i + size]
+        order = lambda r: sweep_position(r.spec, list(exp.get("sweep") or {})) + [r.run_id]
+        for chunk in chunks(sorted(members, key=order), size):
             shard = f"{model}-{stable_hash(sorted(r.run_id for r in chunk), 10)}"
             for r in chunk:
                 r.shard = shard
     return list(runs.values())
+
+
+def sweep_position(spec: dict, keys: list[str]) -> list[str]:
+    """A run's values of the swept settings, in the sweep's key order, as sortable text. Runs
+    sorted by it sit where the sweep's cartesian product puts them, keyed by values, not list
+    positions: a value added to a sweep list lands as one contiguous block."""
+    out = []
+    for key in keys:
+        parts = key.split(".")
+        if parts[0] == "models":
+            node = spec["model"] if spec["model"]["name"] == parts[1] else {}
+            parts = parts[2:]
+        else:
+            node = spec
+        for p in parts:
+            node = node.get(p) if isinstance(node, dict) else None
+        out.append(json.dumps(node, sort_keys=True))
+    return out
+
+
+def chunks(members: list[Run], size: int) -> list[list[Run]]:
+    """Cut runs of one shape, in sweep order, into shards of at most `size`, so that extending a
+    sweep leaves most shards (and their trained results) as they are.
+
+    Content-defined, as rsync cuts files: a shard ends when it is full, or after a run whose id
+    hashes to a boundary (one run in `size` is one) once it holds a quarter of `size`. Runs added to the sweep change only the shards
+    they fall into (a full shard can push cuts on to the next boundary); cutting every `size`
+    runs would move every cut after the first new run. A shape with at most `size` runs is one
+    shard."""
+    if len(members) <= size:
+        return [members]
+    out, cur = [], []
+    for r in members:
+        cur.append(r)
+        if len(cur) >= size or (len(cur) >= size // 4 and int(r.run_id, 16) % max(2, size // 4) == 0):
+            out.append(cur)
+            cur = []
+    if cur:
+        out.append(cur)
+    return out
 
 
 def log_epochs(epochs: int, every: int) -> list[int]:
