@@ -59,14 +59,19 @@ def cmd_prompts(args) -> None:
     print(f"wrote {args.out} in {time.time() - t:.2f}s", file=sys.stderr)
 
 
+def _shard_job(args, pl: dict, runs: list[dict]) -> tuple[list[dict], dict, str]:
+    """The runs of args.shard, their prompt files, and the device (--device, else the plan's)."""
+    mine = [r for r in runs if r["shard"] == args.shard]
+    if not mine:
+        sys.exit(f"error: shard {args.shard} is not in {args.plan}; rerun snakemake to refresh the plan")
+    paths = {r["data_id"]: os.path.join(args.prompts_dir, f"{r['data_id']}.npz") for r in mine}
+    return mine, paths, args.device or pl["settings"].get("device", "auto")
+
+
 def cmd_train(args) -> None:
     from icl.train import train_shard
     pl = _read_plan(args.plan)
-    runs = [r for r in pl["runs"] if r["shard"] == args.shard]
-    if not runs:
-        sys.exit(f"error: shard {args.shard} is not in {args.plan}; rerun snakemake to refresh the plan")
-    paths = {r["data_id"]: os.path.join(args.prompts_dir, f"{r['data_id']}.npz") for r in runs}
-    device = args.device or pl["settings"].get("device", "auto")
+    runs, paths, device = _shard_job(args, pl, pl["runs"])
     train_shard(runs, paths, args.out, device=device, threads=args.threads, label=args.shard)
 
 
@@ -78,15 +83,11 @@ def cmd_evaluate(args) -> None:
         with open(args.evaluate_spec) as fh:
             ev = json.load(fh)
         every = [{**r, "spec": {**r["spec"], "evaluate": ev}} for r in every]
-    runs = [r for r in every if r["shard"] == args.shard]
-    if not runs:
-        sys.exit(f"error: shard {args.shard} is not in {args.plan}; rerun snakemake to refresh the plan")
+    runs, paths, device = _shard_job(args, pl, every)
     if not runs[0]["spec"].get("evaluate"):
         sys.exit(f"error: experiment {pl['experiment']} has no evaluate section; nothing to evaluate")
-    paths = {r["data_id"]: os.path.join(args.prompts_dir, f"{r['data_id']}.npz") for r in runs}
-    settings = pl["settings"]
-    evaluate_trained(runs, paths, args.trained, args.out, device=args.device or settings.get("device", "auto"),
-                     threads=args.threads, budget_mb=settings.get("memory_budget_mb", 4096), label=args.shard,
+    evaluate_trained(runs, paths, args.trained, args.out, device=device, threads=args.threads,
+                     budget_mb=pl["settings"].get("memory_budget_mb", 4096), label=args.shard,
                      baseline_keys={k for k, s in baseline_owners(every).items() if s == args.shard})
 
 
@@ -156,24 +157,21 @@ def main(argv=None) -> None:
     s.add_argument("--data-id", required=True)
     s.add_argument("--out", required=True)
     s.set_defaults(fn=cmd_prompts)
-    s = sub.add_parser("train", help="train one shard as a vectorized ensemble")
-    s.add_argument("--plan", required=True)
-    s.add_argument("--shard", required=True)
-    s.add_argument("--prompts-dir", required=True)
+    def shard_job(name, help_, fn):
+        s = sub.add_parser(name, help=help_)
+        s.add_argument("--plan", required=True)
+        s.add_argument("--shard", required=True)
+        s.add_argument("--prompts-dir", required=True)
+        s.add_argument("--threads", type=int, default=None)
+        s.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None)
+        s.set_defaults(fn=fn)
+        return s
+    s = shard_job("train", "train one shard as a vectorized ensemble", cmd_train)
     s.add_argument("--out", required=True)
-    s.add_argument("--threads", type=int, default=None)
-    s.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None)
-    s.set_defaults(fn=cmd_train)
-    s = sub.add_parser("evaluate", help="evaluate one trained shard and the baselines under shift (ZFB)")
-    s.add_argument("--plan", required=True)
-    s.add_argument("--shard", required=True)
-    s.add_argument("--prompts-dir", required=True)
+    s = shard_job("evaluate", "evaluate one trained shard and the baselines under shift (ZFB)", cmd_evaluate)
     s.add_argument("--trained", required=True, help="the shard's .npz written by `icl train`")
     s.add_argument("--out", required=True, help="where its shift.parquet goes")
     s.add_argument("--evaluate-spec", help="a JSON file with the evaluate section to use instead of the plan's")
-    s.add_argument("--threads", type=int, default=None)
-    s.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None)
-    s.set_defaults(fn=cmd_evaluate)
     s = sub.add_parser("tables", help="aggregate shard results into parquet tables")
     s.add_argument("--runs", required=True)
     s.add_argument("--outdir", required=True)

@@ -123,3 +123,8 @@ def read_dataset(path: str) -> dict:
     except Exception as e:  # zipfile/ValueError/EOFError: all mean the same thing to the user
         raise RuntimeError(f"prompt file {path} is unreadable ({type(e).__name__}: {e}); "
                            "delete it and rerun to regenerate it") from None
+
+
+def read_datasets(runs: list[dict], paths: dict) -> dict:
+    """The prompt files of a shard's runs, each read once (runs trained on the same data share it)."""
+    return {d: read_dataset(paths[d]) for d in dict.fromkeys(r["data_id"] for r in runs)}

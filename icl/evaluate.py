@@ -20,11 +20,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from icl.data import STREAM_EVAL, rng, sample_labels, sample_tokens
+from icl import models
+from icl.data import STREAM_EVAL, read_datasets, rng, sample_labels, sample_tokens
 from icl.plan import eval_bytes, stable_hash
-from icl.tables import SHIFT_DTYPES, empty_shift, write_parquet
+from icl.tables import SHIFT_DTYPES, empty_shift, read_shard, write_parquet
 from icl.theory import lsa
 from icl.theory.table import lsa_optimum
+from icl.train import pick_device
 
 
 
@@ -41,6 +43,11 @@ def cells(ev: dict) -> list[tuple[str, float | None]]:
 def eval_id(spec: dict) -> str:
     """Evaluation prompts depend on the data distribution, the evaluate section and the seed only."""
     return stable_hash({k: spec[k] for k in ("tokens", "task", "evaluate", "seed")})
+
+
+def prompt_set(spec: dict) -> tuple[str, int]:
+    """What a run's baselines depend on: its evaluation prompts, and N (lsa_limit's training length)."""
+    return eval_id(spec), spec["prompts"]["N"]
 
 
 def eval_prompts(spec: dict, feats, kind: str, c, M: int, stream: int):
@@ -125,7 +132,7 @@ def baseline_owners(runs: list[dict]) -> dict:
     the shards that hold it, so every set is done once per experiment, not once per model."""
     owners: dict = {}
     for r in runs:
-        key = (eval_id(r["spec"]), r["spec"]["prompts"]["N"])
+        key = prompt_set(r["spec"])
         owners[key] = min(owners.get(key, r["shard"]), r["shard"])
     return owners
 
@@ -159,7 +166,7 @@ def evaluate_shard(runs, cache, model, params, active, dev, label="shard", basel
                              "theory_mse": th[0], "theory_slope": th[1]})
             done = set()
             for i, r in enumerate(runs):                      # baselines once per distinct prompt set
-                key = (eval_id(r["spec"]), r["spec"]["prompts"]["N"])
+                key = prompt_set(r["spec"])
                 if key in done or (baseline_keys is not None and key not in baseline_keys):
                     continue
                 done.add(key)
@@ -184,19 +191,12 @@ def evaluate_shard(runs, cache, model, params, active, dev, label="shard", basel
 def evaluate_trained(runs: list[dict], data_paths: dict, trained_path: str, out_path: str, device: str = "auto",
                      threads: int | None = None, budget_mb: int = 4096, label: str = "shard",
                      baseline_keys=None) -> pd.DataFrame:
-    """shift.parquet rows of one trained shard. Runs are evaluated in chunks that fit budget_mb."""
-    from icl import models
-    from icl.data import read_dataset
-    from icl.train import pick_device
+    """shift.parquet rows of one trained shard. Runs are evaluated in chunks that fit budget_mb;
+    each prompt set's baselines once, in the first chunk that holds it."""
     if threads:
         torch.set_num_threads(threads)
     dev = pick_device(device)
-    try:
-        with np.load(trained_path) as z:
-            trained = {k: z[k] for k in z.files if k.startswith("param_") or k in ("run_id", "diverged_at")}
-    except Exception as e:
-        raise RuntimeError(f"shard file {trained_path} is unreadable ({type(e).__name__}); delete it and rerun "
-                           "snakemake to retrain that shard") from None
+    trained = read_shard(trained_path, only=("param_", "run_id", "diverged_at"))
     order = {str(r): i for i, r in enumerate(trained["run_id"])}
     missing = [r["run_id"] for r in runs if r["run_id"] not in order]
     if missing:
@@ -204,12 +204,13 @@ def evaluate_trained(runs: list[dict], data_paths: dict, trained_path: str, out_
                            "delete it and rerun snakemake")
     t0 = time.time()
     spec0 = runs[0]["spec"]
+    if not spec0.get("evaluate"):
+        write_parquet(empty_shift(), out_path)
+        return empty_shift()
     model = models.build(spec0["model"], spec0["tokens"]["d"])
-    cache = {}
-    for r in runs:
-        if r["data_id"] not in cache:
-            cache[r["data_id"]] = read_dataset(data_paths[r["data_id"]])
-    size = max(1, min(len(runs), budget_mb * 2**20 // eval_bytes(spec0))) if spec0.get("evaluate") else len(runs)
+    cache = read_datasets(runs, data_paths)
+    todo = {prompt_set(r["spec"]) for r in runs} if baseline_keys is None else set(baseline_keys)
+    size = max(1, min(len(runs), budget_mb * 2**20 // eval_bytes(spec0)))
     parts = []
     for i in range(0, len(runs), size):
         chunk = runs[i:i + size]
@@ -218,10 +219,9 @@ def evaluate_trained(runs: list[dict], data_paths: dict, trained_path: str, out_
                   if k.startswith("param_")}
         active = torch.as_tensor(trained["diverged_at"][idx] < 0, device=dev)
         where = label if size >= len(runs) else f"{label} runs {i + 1}-{i + len(chunk)}/{len(runs)}"
-        parts.append(evaluate_shard(chunk, cache, model, params, active, dev, where, baseline_keys))
+        parts.append(evaluate_shard(chunk, cache, model, params, active, dev, where, todo))
+        todo -= {prompt_set(r["spec"]) for r in chunk}
     df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-    # baselines depend on the prompts only: one copy even when two chunks shared them
-    df = df.drop_duplicates(subset=["predictor", "run_id", "eval_id", "N", "shift", "c", "M"], ignore_index=True)
     write_parquet(df, out_path)
     print(f"[{label}] {len(runs)} runs evaluated on {dev} in {time.time() - t0:.1f}s -> {os.path.basename(out_path)}",
           file=sys.stderr, flush=True)

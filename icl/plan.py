@@ -158,6 +158,7 @@ def plan(cfg: dict, name: str) -> list[Run]:
         if rid not in runs:  # a sweep that repeats a point trains it once
             runs[rid] = Run(run_id=rid, data_id=stable_hash(data_spec(spec)), spec=spec)
     groups: dict[str, list[Run]] = {}
+    sweep_keys = list(exp.get("sweep") or {})
     for run in runs.values():
         groups.setdefault(stable_hash(shape_key(run.spec)), []).append(run)
     for key, members in groups.items():
@@ -168,7 +169,7 @@ def plan(cfg: dict, name: str) -> list[Run]:
                 f"{cfg['memory_budget_mb']}; reduce prompts.N/train/test or model width, or raise memory_budget_mb")
         size = max(1, min(cfg["shard_size"], budget // need))
         model = members[0].spec["model"]["kind"]
-        order = lambda r: sweep_position(r.spec, list(exp.get("sweep") or {})) + [r.run_id]
+        order = lambda r: sweep_position(r.spec, sweep_keys) + [r.run_id]
         for chunk in chunks(sorted(members, key=order), size):
             shard = f"{model}-{stable_hash(sorted(r.run_id for r in chunk), 10)}"
             for r in chunk:
@@ -198,11 +199,11 @@ def chunks(members: list[Run], size: int) -> list[list[Run]]:
     """Cut runs of one shape, in sweep order, into shards of at most `size`, so that extending a
     sweep leaves most shards (and their trained results) as they are.
 
-    Content-defined, as rsync cuts files: a shard ends when it is full, or after a run whose id
-    hashes to a boundary (one run in `size` is one) once it holds a quarter of `size`. Runs added to the sweep change only the shards
-    they fall into (a full shard can push cuts on to the next boundary); cutting every `size`
-    runs would move every cut after the first new run. A shape with at most `size` runs is one
-    shard."""
+    Content-defined, as rsync cuts files: a shard ends when it is full, or, once it holds a
+    quarter of `size`, after a run whose id hashes to a boundary (one run in size/4 is one). Runs
+    added to the sweep change only the shards they fall into (a full shard can push cuts on to
+    the next boundary); cutting every `size` runs would move every cut after the first new run.
+    A shape with at most `size` runs is one shard."""
     if len(members) <= size:
         return [members]
     out, cur = [], []

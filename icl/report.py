@@ -156,9 +156,9 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
         for K in Ks:                       # maps of different K do not average: one set per K
             rk = r[r["K"] == K]
             tag = f", K={K}" if len(Ks) > 1 else ""
-            chosen = [L for L in flat if L in set(rk["L"])][:1]
-            chosen += [min((L for L in sharp if L in set(rk["L"])), key=lambda L: abs(L - 1.0))] \
-                if set(sharp) & set(rk["L"]) else []
+            flat_k = [L for L in flat if L in set(rk["L"])]
+            sharp_k = [L for L in sharp if L in set(rk["L"])]
+            chosen = flat_k[:1] + ([min(sharp_k, key=lambda L: abs(L - 1.0))] if sharp_k else [])
             for L in chosen:
                 figs.append(attention_scores_figure(attn, rk, L, int(K), tag))
                 maps.append(attention_maps_figure(attn, rk, L, epochs_all, tag))

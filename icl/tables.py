@@ -74,6 +74,9 @@ SHIFT_DTYPES = {"predictor": "string", "model_kind": "string", "run_id": "string
                 "slope": "float64", "slope_se": "float64", "theory_mse": "float64", "theory_slope": "float64"}
 
 
+SHIFT_KEY = ["predictor", "run_id", "eval_id", "N", "shift", "c", "M"]   # one row per these
+
+
 def empty_shift() -> pd.DataFrame:
     """shift.parquet of an experiment without an evaluate section: no rows, the same columns."""
     return pd.DataFrame({c: pd.Series(dtype=t) for c, t in SHIFT_DTYPES.items()})
@@ -163,6 +166,17 @@ def shard_tables(sh: dict) -> dict[str, pd.DataFrame]:
     return out
 
 
+def read_shard(path: str, only: tuple[str, ...] = ()) -> dict:
+    """The arrays of a trained shard's .npz (those whose names start with one of `only`, if
+    given), or an error that names the file and what to do."""
+    try:
+        with np.load(path) as z:
+            return {k: z[k] for k in z.files if not only or k.startswith(only)}
+    except Exception as e:
+        raise RuntimeError(f"shard file {path} is unreadable ({type(e).__name__}); delete it and rerun "
+                           "snakemake to retrain that shard") from None
+
+
 def aggregate(runs_path: str, shard_paths: list[str], outdir: str,
               shift_paths: list[str] | None = None) -> dict[str, pd.DataFrame]:
     """Concatenate all shards of an experiment into its tables, checking every run is present."""
@@ -170,12 +184,7 @@ def aggregate(runs_path: str, shard_paths: list[str], outdir: str,
     parts: dict[str, list] = {}
     shard_meta = []
     for path in shard_paths:
-        try:
-            with np.load(path) as z:
-                sh = {k: z[k] for k in z.files}
-        except Exception as e:
-            raise RuntimeError(f"shard file {path} is unreadable ({type(e).__name__}); delete it and rerun "
-                               "snakemake to retrain that shard") from None
+        sh = read_shard(path)
         for k, df in shard_tables(sh).items():
             parts.setdefault(k, []).append(df)
         shard_meta.append({"shard": os.path.basename(path).removesuffix(".npz"), "seconds": float(sh["seconds"]),
@@ -185,9 +194,9 @@ def aggregate(runs_path: str, shard_paths: list[str], outdir: str,
     shift = [read_parquet(p) for p in shift_paths] if shift_paths else []
     shift = [s for s in shift if len(s)]
     if shift:
-        # baselines are evaluated in every shard that holds their prompts: keep one copy
-        tables["shift"] = pd.concat(shift, ignore_index=True).drop_duplicates(
-            subset=["predictor", "run_id", "eval_id", "N", "shift", "c", "M"], ignore_index=True)
+        # the workflow evaluates each prompt set's baselines in one shard; evaluate_trained called
+        # by hand on several shards (baseline_keys=None) repeats them: keep one copy
+        tables["shift"] = pd.concat(shift, ignore_index=True).drop_duplicates(subset=SHIFT_KEY, ignore_index=True)
     else:
         tables["shift"] = empty_shift()
     missing = set(runs["run_id"]) - set(tables["summary"]["run_id"])

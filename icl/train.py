@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from icl import models, optim
-from icl.data import fresh_batch, read_dataset
+from icl.data import fresh_batch, read_datasets
 from icl.plan import log_epochs
 from icl.theory.table import lsa_target
 from icl.provenance import code_hash, code_version
@@ -102,10 +102,7 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
     K = tok.get("K") if tok["kind"] == "discrete" else None
     seeds = [r["spec"]["seed"] for r in runs]
     names = [r["spec"]["model"]["name"] for r in runs]
-    cache = {}
-    for r in runs:
-        if r["data_id"] not in cache:
-            cache[r["data_id"]] = read_dataset(data_paths[r["data_id"]])
+    cache = read_datasets(runs, data_paths)
     stack = lambda key: torch.from_numpy(np.stack([cache[r["data_id"]][key] for r in runs])).to(dev)
     xtr, ytr, xte, yte = stack("train_x"), stack("train_y"), stack("test_x"), stack("test_y")
     ftr = stack("train_feat").long() if K else None
