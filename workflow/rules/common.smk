@@ -49,8 +49,9 @@ def eval_mem_mb(exp, shard):
     from icl.plan import eval_bytes
     spec = next(r.spec for r in PLANS[exp] if r.shard == shard)
     n = sum(r.shard == shard for r in PLANS[exp])
-    # evaluation works through the shard in chunks that fit memory_budget_mb
-    return 1500 + min(n * eval_bytes(spec), CFG["memory_budget_mb"] * 2**20) // 2**20
+    # evaluation works through the shard in chunks that fit memory_budget_mb, at least one run each
+    one = eval_bytes(spec)
+    return 1500 + max(one, min(n * one, CFG["memory_budget_mb"] * 2**20)) // 2**20
 
 
 def shift_files(exp):
