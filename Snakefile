@@ -1,6 +1,7 @@
 # icl-dynamics workflow: thin on purpose. Config, validation, the plan, and includes; all logic
 # lives in the `icl` package (see workflow/rules/*.smk for the steps).
 import json
+import re
 import shlex
 import sys
 

@@ -11,8 +11,12 @@ import os
 import sys
 import time
 
+from icl.config import ConfigError
+
 
 def _read_plan(path: str) -> dict:
+    if not os.path.exists(path):
+        sys.exit(f"error: plan file {path} not found; the workflow writes it (snakemake results/<experiment>/plan.json)")
     try:
         with open(path) as fh:
             return json.load(fh)
@@ -29,10 +33,19 @@ def cmd_check(args) -> None:
         print(f"{name}: {len(runs)} runs in {len({r.shard for r in runs})} shards")
 
 
+def _json_arg(flag: str, text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{flag} is not valid JSON ({e})") from None
+
+
 def cmd_plan(args) -> None:
     from icl.plan import plan, stable_hash
     from icl.tables import runs_table, write_parquet
-    cfg = json.loads(args.spec)
+    cfg = _json_arg("--spec", args.spec)
+    if args.experiment not in cfg.get("experiments", {}):
+        raise ConfigError(f"--experiment {args.experiment!r} is not in --spec; it has: {', '.join(cfg.get('experiments', {}))}")
     runs = plan(cfg, args.experiment)
     recs = [{"run_id": r.run_id, "data_id": r.data_id, "shard": r.shard, "spec": r.spec} for r in runs]
     chash = stable_hash(cfg["experiments"][args.experiment])
@@ -129,18 +142,27 @@ def cmd_report(args) -> None:
 
 def cmd_index(args) -> None:
     from icl.report import render_index
-    render_index(json.loads(args.experiments), args.out)
+    render_index(_json_arg("--experiments", args.experiments), args.out)
 
 
 def cmd_timing(args) -> None:
     from icl.timing import summary_line, timing_table
     df = timing_table(args.logs, args.experiment)
+    if df.empty:
+        where = os.path.join(args.logs, args.experiment or "*", "benchmark")
+        sys.exit(f"error: no benchmark files under {where}; run snakemake first (every rule writes one)")
     print(df.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
     print(summary_line(df))
 
 
+EPILOG = """what a person runs by hand:
+  icl check my.yaml        validate a config; print each experiment's runs and shards
+  icl timing [EXPERIMENT]  where the job time went, by step (after a snakemake run)
+the other steps are what the workflow's rules call; `icl STEP --help` lists their arguments."""
+
+
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="icl", description=__doc__,
+    p = argparse.ArgumentParser(prog="icl", description=__doc__, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("check", help="validate a config file and print how many runs and shards it plans")
@@ -200,11 +222,12 @@ def main(argv=None) -> None:
     s.add_argument("--logs", default="logs")
     s.set_defaults(fn=cmd_timing)
     args = p.parse_args(argv)
-    from icl.config import ConfigError
     try:
         args.fn(args)
     except (ConfigError, RuntimeError) as e:
         sys.exit(f"error: {e}")
+    except OSError as e:        # a wrong path or a full disk: say which file, not a traceback
+        sys.exit(f"error: {e.strerror or e}: {e.filename or ''}".rstrip(": "))
 
 
 if __name__ == "__main__":

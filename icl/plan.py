@@ -88,10 +88,18 @@ def shape_key(spec: dict) -> dict:
 MAX_RUNS = 1_000_000
 
 
+def sweep_keys(exp: dict) -> list[str]:
+    """The sweep's keys in the one order the plan uses: `seed` first, then the others
+    alphabetically. A mapping's key order does not survive every way a config travels (the
+    workflow hands it to the plan job as JSON with sorted keys; YAML dumps and merges reorder it
+    too), so nothing the plan computes may depend on it."""
+    return sorted(exp.get("sweep") or {}, key=lambda k: (k != "seed", k))
+
+
 def expand(exp: dict) -> list[dict]:
     """The cartesian product of the sweep, one run spec per (model, sweep point)."""
     sweep = exp.get("sweep") or {}
-    keys = list(sweep)
+    keys = sweep_keys(exp)
     n = len(exp["models"]) * math.prod(len(v) for v in sweep.values())
     if n > MAX_RUNS:
         raise ConfigError(f"sweep: expands to {n:,} runs; at most {MAX_RUNS:,} per experiment (split it)")
@@ -144,8 +152,16 @@ def eval_bytes(spec: dict) -> int:
     return data + 4 * P * n_tok * (d + 2 + 2 * width)
 
 
+def experiment_json(cfg: dict, name: str) -> str:
+    """One experiment of a validated config plus the global settings, as the JSON the `plan`
+    job receives (keys sorted: the plan must come out the same either way)."""
+    settings = {k: v for k, v in cfg.items() if k != "experiments"}
+    return json.dumps({**settings, "experiments": {name: cfg["experiments"][name]}}, sort_keys=True)
+
+
 def plan(cfg: dict, name: str) -> list[Run]:
-    """Runs of one experiment, each with its shard assigned."""
+    """Runs of one experiment, each with its shard assigned; the same for any order of the
+    config's keys."""
     exp = cfg["experiments"][name]
     budget = cfg["memory_budget_mb"] * 2**20
     runs: dict[str, Run] = {}
@@ -158,7 +174,7 @@ def plan(cfg: dict, name: str) -> list[Run]:
         if rid not in runs:  # a sweep that repeats a point trains it once
             runs[rid] = Run(run_id=rid, data_id=stable_hash(data_spec(spec)), spec=spec)
     groups: dict[str, list[Run]] = {}
-    sweep_keys = list(exp.get("sweep") or {})
+    keys = sweep_keys(exp)
     for run in runs.values():
         groups.setdefault(stable_hash(shape_key(run.spec)), []).append(run)
     for key, members in groups.items():
@@ -169,7 +185,7 @@ def plan(cfg: dict, name: str) -> list[Run]:
                 f"{cfg['memory_budget_mb']}; reduce prompts.N/train/test or model width, or raise memory_budget_mb")
         size = max(1, min(cfg["shard_size"], budget // need))
         model = members[0].spec["model"]["kind"]
-        order = lambda r: sweep_position(r.spec, sweep_keys) + [r.run_id]
+        order = lambda r: sweep_position(r.spec, keys) + [r.run_id]
         for chunk in chunks(sorted(members, key=order), size):
             shard = f"{model}-{stable_hash(sorted(r.run_id for r in chunk), 10)}"
             for r in chunk:
@@ -178,7 +194,7 @@ def plan(cfg: dict, name: str) -> list[Run]:
 
 
 def sweep_position(spec: dict, keys: list[str]) -> list[str]:
-    """A run's values of the swept settings, in the sweep's key order, as sortable text. Runs
+    """A run's values of the swept settings, in sweep_keys order, as sortable text. Runs
     sorted by it sit where the sweep's cartesian product puts them, keyed by values, not list
     positions: a value added to a sweep list lands as one contiguous block."""
     out = []

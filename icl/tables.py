@@ -40,6 +40,8 @@ def read_provenance(path: str) -> dict:
 
 
 def read_parquet(path: str) -> pd.DataFrame:
+    if not os.path.exists(path):
+        raise RuntimeError(f"table {path} not found; run snakemake to build it (is the path right?)")
     try:
         return pd.read_parquet(path)
     except Exception as e:

@@ -119,3 +119,30 @@ def test_sweep_over_K_reports_each_K_apart(tmp_path):
     # with K swept there is no single L*: all L are drawn together, and one set of maps per K
     assert html.count('alt="attention maps"') == 2
     assert html.count('alt="figure"') == 1 + 2              # one loss figure, attention scores per K
+
+
+def test_shape_group_of_several_shards_runs_to_the_report(tmp_path):
+    """One shape group cut into several shards, sweep keys listed out of alphabetical order (the
+    order the plan job's sorted JSON would change): every shard trains, tables and report follow."""
+    from conftest import TINY
+    from icl.config import validate
+    from icl.plan import plan
+    cfg = yaml.safe_load(yaml.safe_dump(TINY))
+    cfg["shard_size"] = 4
+    exp = cfg["experiments"]["tiny"]
+    exp["models"] = exp["models"][:1]
+    exp["train"] = {"epochs": 6, "log_every": 3, "checkpoint_every": 6}
+    exp["sweep"] = {"task.L": [0.2, 0.7, 1.5], "seed": [0, 1, 2, 3, 4]}
+    assert list(exp["sweep"]) != sorted(exp["sweep"])
+    shards = {r.shard for r in plan(validate(cfg), "tiny")}
+    assert len(shards) >= 4
+    (tmp_path / "multi.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    res = snakemake(tmp_path, "--cores", "2", "--configfile", str(tmp_path / "multi.yaml"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    runs = pd.read_parquet(tmp_path / "results/tiny/runs.parquet")
+    summary = pd.read_parquet(tmp_path / "results/tiny/summary.parquet")
+    assert set(runs["shard"]) == shards and len(summary) == 15 == summary["run_id"].nunique()
+    assert {p.stem for p in (tmp_path / "results/tiny/shards").glob("*.npz")} == shards
+    assert (tmp_path / "reports/tiny.html").stat().st_size > 10_000
+    timing = subprocess.run([sys.executable, "-m", "icl", "timing"], cwd=tmp_path, capture_output=True, text=True)
+    assert timing.returncode == 0 and "train" in timing.stdout and "s of job time" in timing.stdout

@@ -1,7 +1,9 @@
 # Helpers shared by the rules: what each experiment's plan says, as plain strings and lists.
 
+# `exp` matches only the experiments of the config, so a target naming another one gets
+# Snakemake's "no rule to produce" instead of a KeyError from deep inside an input function.
 wildcard_constraints:
-    exp="[A-Za-z0-9][A-Za-z0-9_-]*",
+    exp="|".join(re.escape(e) for e in EXPERIMENTS) or "(?!)",
     shard="[A-Za-z0-9_-]+",
     data_id="[0-9a-f]+",
 
@@ -22,8 +24,8 @@ def stamp_value(exp, what):
 
 def experiment_spec(exp):
     """The validated config of one experiment plus the global settings, quoted for a shell."""
-    settings = {k: v for k, v in CFG.items() if k != "experiments"}
-    return shlex.quote(json.dumps({**settings, "experiments": {exp: CFG["experiments"][exp]}}, sort_keys=True))
+    from icl.plan import experiment_json
+    return shlex.quote(experiment_json(CFG, exp))
 
 
 def shard_names(exp):
