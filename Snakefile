@@ -28,7 +28,6 @@ PY = shlex.quote(sys.executable)
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/prompts.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/tables.smk"

@@ -1,18 +1,26 @@
-"""Sweep throughput: the project's ensemble training against a straightforward per-run loop.
+"""Training throughput: the project's ensemble against the per-run loop a researcher would write.
 
-The same workload (LDL §6 sizes: d=15, K=4, N=100, 300 prompts; 6 values of L x S seeds) is
-trained two ways in one run of this script:
-  loop      one nn.Module and one torch.optim optimizer per run, full sequences through the
-            attention (every token attends to every token; the query row masked to the context),
-            autograd, a Python loop over runs;
-  ensemble  icl.train.train_shard: all runs of the shard at once, only the query position.
-Both start from the same parameters and must give the same loss curves (checked first, float32
-tolerance rtol 2e-3 on the loss after 5 epochs) before anything is timed. Each timing runs in a
-fresh subprocess so that its peak memory (max RSS) is its own.
+The baseline for each model is what a competent researcher writes for it: one `nn.Module` and
+one `torch.optim` optimizer per run, autograd, the train loss recorded every epoch (`.item()`),
+one thread per process and two processes side by side (what `snakemake --cores 2` would run):
+  softmax_q       scores of the query row only (the loss reads nothing else), SGD;
+  block64         one pre-LN transformer block on full sequences, Adam;
+  lsa             ZFB's f(E) = E + W^PV E (E^T W^KQ E)/N on the full prompt matrix, Adam;
+  softmax_q_full  (a labelled extra, never the headline) LDL eq. 6 as written, with the full
+                  N x (N+1) score matrix.
+The ensemble is `icl.train.train_shard` with 2 threads, logging everything every epoch
+(log_every 1: train and test loss, attention maps, q_features), setup and data reading included.
+Before anything is timed, each loop and the ensemble start from the same parameters and must give
+the same train-loss curve (max relative difference over 5 epochs below 2e-3).
 
-    .venv/bin/python benchmarks/throughput.py                  # all configurations, S in {5, 30}
-    .venv/bin/python benchmarks/throughput.py --seeds 5 --epochs 20 --models softmax_q
-    .venv/bin/python benchmarks/throughput.py --device cuda   # on a GPU machine
+Workloads: LDL §6 sizes for softmax_q and the block (d=15, K=4, Δ=3, N=100, 300 training and
+1000 test prompts, 6 values of L x S seeds); ZFB for the LSA (Gaussian d=20, N=40, 1000 training
+and 1000 test prompts, 6 x S seeds). The machine's ceilings are measured in the same run:
+float32 matmul GFLOP/s and copy bandwidth GB/s, both with 2 threads.
+
+    .venv/bin/python benchmarks/throughput.py                       # all models, S = 30, 400 epochs
+    .venv/bin/python benchmarks/throughput.py --models softmax_q --seeds 5 --epochs 50
+    .venv/bin/python benchmarks/throughput.py --device cuda        # the ensemble on a GPU
 """
 from __future__ import annotations
 
@@ -31,27 +39,31 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from icl.config import validate
-from icl.data import write_dataset
+from icl.data import read_dataset, write_dataset
 from icl.models import build
 from icl.plan import plan
 from icl.train import train_shard
 
 LS = [0.1, 0.2, 0.4, 1.0, 1.5, 2.0]
-MODELS = {
-    "softmax_q": {"name": "m", "kind": "softmax_q", "optimizer": "gd", "lr": 5.0},
-    "block32": {"name": "m", "kind": "transformer_block", "optimizer": "adam", "lr": 1e-3, "width": 32},
-    "block64": {"name": "m", "kind": "transformer_block", "optimizer": "adam", "lr": 1e-3, "width": 64},
+LDL = {"tokens": {"kind": "discrete", "d": 15, "K": 4, "delta": 3.0},
+       "task": {"kind": "cosine", "L": 1.0, "c": 0.5}, "prompts": {"N": 100, "train": 300, "test": 1000}}
+ZFB = {"tokens": {"kind": "gaussian", "d": 20}, "task": {"kind": "linear"},
+       "prompts": {"N": 40, "train": 1000, "test": 1000}}
+MODELS = {   # name: (data, model, the loop's module)
+    "softmax_q": (LDL, {"name": "m", "kind": "softmax_q", "optimizer": "gd", "lr": 5.0}, "QueryRowSoftmaxQ"),
+    "block64": (LDL, {"name": "m", "kind": "transformer_block", "optimizer": "adam", "lr": 1e-3, "width": 64},
+                "BlockModule"),
+    "lsa": (ZFB, {"name": "m", "kind": "lsa", "optimizer": "adam", "lr": 1e-2, "init_scale": 0.3}, "LSAModule"),
+    "softmax_q_full": (LDL, {"name": "m", "kind": "softmax_q", "optimizer": "gd", "lr": 5.0}, "FullSoftmaxQ"),
 }
 
 
 def workload(model_key: str, seeds: int, epochs: int, tmp: str):
+    data, model, _ = MODELS[model_key]
+    sweep = {"task.L": LS, "seed": list(range(seeds))} if "L" in data["task"] else {"seed": list(range(6 * seeds))}
     cfg = validate({"shard_size": 100000, "memory_budget_mb": 100000, "experiments": {"bench": {
-        "tokens": {"kind": "discrete", "d": 15, "K": 4, "delta": 3.0},
-        "task": {"kind": "cosine", "L": 1.0, "c": 0.5},
-        "prompts": {"N": 100, "train": 300, "test": 300},
-        "models": [MODELS[model_key]],
-        "train": {"epochs": epochs, "log_every": epochs, "checkpoint_every": 10**7},
-        "sweep": {"task.L": LS, "seed": list(range(seeds))}}}})
+        **data, "models": [model], "sweep": sweep,
+        "train": {"epochs": epochs, "log_every": 1, "checkpoint_every": 10**7}}}})
     runs = plan(cfg, "bench")
     paths = {}
     for r in runs:
@@ -62,31 +74,37 @@ def workload(model_key: str, seeds: int, epochs: int, tmp: str):
     return [{"run_id": r.run_id, "data_id": r.data_id, "shard": r.shard, "spec": r.spec} for r in runs], paths
 
 
-# ---------------------------------------------------------------- the straightforward per-run loop
+# ---------------------------------------------------------------- the loops a researcher would write
 
-class SoftmaxQModule(torch.nn.Module):
-    """LDL eq. 6 as written: F = y · softmax(Xᵀ Q X̄) over the full (N x N+1) score matrix."""
+class QueryRowSoftmaxQ(torch.nn.Module):
+    """LDL eq. 6 for the query only: ŷ = Σ_i y_i softmax_i(x_iᵀ Q x_q)."""
 
     def __init__(self, d):
         super().__init__()
         self.Q = torch.nn.Parameter(torch.zeros(d, d))
 
     def forward(self, x, y):
-        X, Xbar = x[:, :-1], x                                  # (B, N, d), (B, N+1, d)
-        scores = X @ self.Q @ Xbar.transpose(1, 2)              # (B, N, N+1)
-        F = (y[:, None, :-1] @ torch.softmax(scores, dim=1)).squeeze(1)   # softmax over the N keys
-        return F[:, -1]
+        s = torch.einsum("bnd,de,be->bn", x[:, :-1], self.Q, x[:, -1])
+        return (torch.softmax(s, -1) * y[:, :-1]).sum(-1)
+
+
+class FullSoftmaxQ(QueryRowSoftmaxQ):
+    """LDL eq. 6 as written: F = y · softmax(Xᵀ Q X̄) over the full (N x N+1) score matrix."""
+
+    def forward(self, x, y):
+        scores = x[:, :-1] @ self.Q @ x.transpose(1, 2)                    # (B, N, N+1)
+        return (y[:, None, :-1] @ torch.softmax(scores, dim=1)).squeeze(1)[:, -1]
 
 
 class BlockModule(torch.nn.Module):
     """One pre-LN block on full sequences, as typical research code writes it."""
 
-    def __init__(self, d, w, f):
+    def __init__(self, d, w):
         super().__init__()
         self.emb = torch.nn.Linear(d + 1, w)
         self.ln1, self.ln2, self.lnf = torch.nn.LayerNorm(w), torch.nn.LayerNorm(w), torch.nn.LayerNorm(w)
         self.q, self.k, self.v, self.o = (torch.nn.Linear(w, w, bias=False) for _ in range(4))
-        self.ff1, self.ff2 = torch.nn.Linear(w, f), torch.nn.Linear(f, w)
+        self.ff1, self.ff2 = torch.nn.Linear(w, 4 * w), torch.nn.Linear(4 * w, w)
         self.head = torch.nn.Linear(w, 1)
         self.w = w
 
@@ -122,23 +140,45 @@ class BlockModule(torch.nn.Module):
             self.head.bias.copy_(p["head_b"][r])
 
 
-def loop_train(runs, paths, epochs):
-    """Per-run loop; returns the train loss of every run at every epoch (before its step)."""
-    from icl.data import read_dataset
+class LSAModule(torch.nn.Module):
+    """ZFB eq. 3.3 on the whole prompt matrix E (D x T): f(E) = E + W^PV E (Eᵀ W^KQ E)/N, ŷ = f(E)[-1, -1]."""
+
+    def __init__(self, p: dict, r: int):
+        super().__init__()
+        self.W_pv = torch.nn.Parameter(p["W_pv"][r].clone())
+        self.W_kq = torch.nn.Parameter(p["W_kq"][r].clone())
+
+    def forward(self, x, y):
+        yin = y.clone()
+        yin[:, -1] = 0
+        E = torch.cat([x, yin[..., None]], -1).transpose(1, 2)                  # (B, D, T)
+        f = E + self.W_pv @ E @ (E.transpose(1, 2) @ self.W_kq @ E) / (x.shape[1] - 1)
+        return f[:, -1, -1]
+
+
+def loop_module(model_key: str, init: dict, i: int, d: int):
+    kind = MODELS[model_key][2]
+    if kind == "BlockModule":
+        m = BlockModule(d, MODELS[model_key][1]["width"])
+        m.load_from(init, i)
+    elif kind == "LSAModule":
+        m = LSAModule(init, i)
+    else:
+        m = globals()[kind](d)
+    return m
+
+
+def loop_train(model_key, runs, paths, epochs):
+    """The per-run loop; returns the train loss of every run at every epoch (before its step)."""
     spec = runs[0]["spec"]["model"]
-    ens = build(spec, 15)
-    init = ens.init([r["spec"]["seed"] for r in runs], [r["spec"]["model"]["name"] for r in runs], "cpu")
+    d = runs[0]["spec"]["tokens"]["d"]
+    init = build(spec, d).init([r["spec"]["seed"] for r in runs], [r["spec"]["model"]["name"] for r in runs], "cpu")
     curves = np.zeros((len(runs), epochs))
     for i, r in enumerate(runs):
         ds = read_dataset(paths[r["data_id"]])
         x, y = torch.from_numpy(ds["train_x"]), torch.from_numpy(ds["train_y"])
-        if spec["kind"] == "softmax_q":
-            m = SoftmaxQModule(15)
-            opt = torch.optim.SGD(m.parameters(), lr=spec["lr"])
-        else:
-            m = BlockModule(15, spec["width"], spec["width"] * 4)
-            m.load_from(init, i)
-            opt = torch.optim.Adam(m.parameters(), lr=spec["lr"])
+        m = loop_module(model_key, init, i, d)
+        opt = (torch.optim.SGD if spec["optimizer"] == "gd" else torch.optim.Adam)(m.parameters(), lr=spec["lr"])
         for e in range(epochs):
             opt.zero_grad()
             loss = 0.5 * ((m(x, y) - y[:, -1]) ** 2).mean()
@@ -148,123 +188,156 @@ def loop_train(runs, paths, epochs):
     return curves
 
 
-def ensemble_train(runs, paths, epochs, device, log_every):
+def ensemble_train(runs, paths, epochs, device):
     for r in runs:
-        r["spec"]["train"] = {**r["spec"]["train"], "epochs": epochs, "log_every": log_every}
+        r["spec"]["train"] = {**r["spec"]["train"], "epochs": epochs, "log_every": 1}
     with tempfile.TemporaryDirectory() as t:
-        out = train_shard(runs, paths, os.path.join(t, "s.npz"), device=device, label="bench")
-    return out
+        return train_shard(runs, paths, os.path.join(t, "s.npz"), device=device, label="bench")
 
 
-def flops_per_epoch(kind: str, runs, paths, device) -> float:
-    """FLOPs of one training epoch (forward + backward), counted by torch's FlopCounterMode."""
-    from icl.data import read_dataset
-    spec = runs[0]["spec"]["model"]
-    if kind == "loop":
-        ds = read_dataset(paths[runs[0]["data_id"]])
-        x, y = torch.from_numpy(ds["train_x"]), torch.from_numpy(ds["train_y"])
-        m = SoftmaxQModule(15) if spec["kind"] == "softmax_q" else BlockModule(15, spec["width"], 4 * spec["width"])
-        with FlopCounterMode(display=False) as fc:
-            (0.5 * ((m(x, y) - y[:, -1]) ** 2).mean()).backward()
-        return fc.get_total_flops() * len(runs)
-    ens = build(spec, 15)
-    p = ens.init([0] * len(runs), ["m"] * len(runs), device)
-    xs = torch.from_numpy(np.stack([read_dataset(paths[r["data_id"]])["train_x"] for r in runs])).to(device)
-    ys = torch.from_numpy(np.stack([read_dataset(paths[r["data_id"]])["train_y"] for r in runs])).to(device)
-    with FlopCounterMode(display=False) as fc:
-        ens.loss_and_grads(p, xs, ys)
-    return fc.get_total_flops()   # softmax_q: its analytic gradient's einsums are the whole step
+# ---------------------------------------------------------------- what the machine can do
 
-
-def matmul_peak(device) -> float:
+def matmul_gflops(device) -> float:
     n = 2048
-    a = torch.randn(n, n, device=device)
-    b = torch.randn(n, n, device=device)
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
     for _ in range(2):
         a @ b
     reps = 10
-    if device == "cuda":
-        torch.cuda.synchronize()
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync()
     t = time.perf_counter()
     for _ in range(reps):
         a @ b
-    if device == "cuda":
-        torch.cuda.synchronize()
+    sync()
     return 2 * n**3 * reps / (time.perf_counter() - t) / 1e9
 
 
+def copy_gbps(device) -> float:
+    """Read + write bandwidth of a 256 MB float32 copy."""
+    a = torch.randn(64 * 2**20, device=device)
+    b = torch.empty_like(a)
+    b.copy_(a)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    reps = 10
+    sync()
+    t = time.perf_counter()
+    for _ in range(reps):
+        b.copy_(a)
+    sync()
+    return 2 * a.numel() * 4 * reps / (time.perf_counter() - t) / 1e9
+
+
+def flops_per_epoch(model_key, path, runs, paths, device) -> float:
+    """FLOPs of one training step, counted by torch's FlopCounterMode (matmuls and einsums)."""
+    spec, d = runs[0]["spec"]["model"], runs[0]["spec"]["tokens"]["d"]
+    if path == "loop":
+        ds = read_dataset(paths[runs[0]["data_id"]])
+        x, y = torch.from_numpy(ds["train_x"]), torch.from_numpy(ds["train_y"])
+        init = build(spec, d).init([0], ["m"], "cpu")
+        m = loop_module(model_key, init, 0, d)
+        with FlopCounterMode(display=False) as fc:
+            (0.5 * ((m(x, y) - y[:, -1]) ** 2).mean()).backward()
+        return fc.get_total_flops() * len(runs)
+    from icl.train import load_prompts
+    from icl.data import read_datasets
+    ens = build(spec, runs[0]["spec"]["tokens"])
+    p = ens.init([0] * len(runs), ["m"] * len(runs), device)
+    batch = load_prompts(ens, runs, read_datasets(runs, paths), "train", device)
+    with FlopCounterMode(display=False) as fc:
+        ens.step(p, batch)
+    return fc.get_total_flops()
+
+
+# ---------------------------------------------------------------- one timing, in a process of its own
+
 def one(args) -> None:
-    """Child process: time one (model, seeds, path) and print a JSON line."""
     torch.set_num_threads(args.threads)
     runs, paths = workload(args.model, args.seeds, args.epochs, args.data)
+    if args.part is not None:                       # one of the loop's two processes: its half
+        runs = runs[args.part::2]
     t = time.perf_counter()
     if args.path == "loop":
-        loop_train(runs, paths, args.epochs)
+        loop_train(args.model, runs, paths, args.epochs)
     else:
-        ensemble_train(runs, paths, args.epochs, args.device, args.epochs)
+        ensemble_train(runs, paths, args.epochs, args.device)
         if args.device == "cuda":
             torch.cuda.synchronize()
     secs = time.perf_counter() - t
-    flops = flops_per_epoch(args.path, runs, paths, args.device) * args.epochs
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    gpu_peak = torch.cuda.max_memory_allocated() / 2**20 if args.device == "cuda" else 0.0
-    print(json.dumps({"seconds": secs, "runs": len(runs), "flops": flops, "peak_rss_mb": peak, "gpu_peak_mb": gpu_peak}))
+    flops = flops_per_epoch(args.model, args.path, runs, paths, args.device) * args.epochs
+    print(json.dumps({"seconds": secs, "runs": len(runs), "flops": flops,
+                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "gpu_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if args.device == "cuda" else 0.0}))
 
 
-def check_equal(model, seeds, data, device) -> float:
-    """Both paths from the same start: max relative difference of the loss over 5 epochs."""
-    runs, paths = workload(model, min(seeds, 2), 5, data)
-    a = loop_train(runs, paths, 5)
-    b = ensemble_train(runs, paths, 5, device, 1)["train_loss"][:, :5]
+def child(model, path, seeds, args, threads, device, part=None):
+    cmd = [sys.executable, __file__, "--one", "--model", model, "--seeds", str(seeds), "--epochs", str(args.epochs),
+           "--threads", str(threads), "--device", device, "--path", path, "--data", args.data]
+    if part is not None:
+        cmd += ["--part", str(part)]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+
+def result(proc) -> dict:
+    out, _ = proc.communicate()
+    if proc.returncode:
+        sys.exit(f"a timing process failed (exit {proc.returncode})")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def check_equal(model, data, device) -> float:
+    """Both paths from the same start: max relative difference of the train loss over 5 epochs."""
+    runs, paths = workload(model, 1, 5, data)
+    runs = runs[:2] if "L" not in MODELS[model][0]["task"] else runs[::3][:2]
+    a = loop_train(model, runs, paths, 5)
+    b = ensemble_train(runs, paths, 5, device)["train_loss"][:, :5]
     return float(np.max(np.abs(a - b) / np.abs(a)))
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
-    p.add_argument("--seeds", nargs="+", type=int, default=[5, 30], help="S: seeds per value of L")
-    p.add_argument("--epochs", type=int, default=50,
-                   help="epochs timed per configuration (setup and the two evaluations are amortized over them, as in a real run of 400)")
-    p.add_argument("--threads", type=int, default=torch.get_num_threads())
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--loop-max-runs", type=int, default=12,
-                   help="time the per-run loop on at most this many runs and scale (it is linear in runs)")
+    p.add_argument("--models", nargs="+", default=["softmax_q", "block64", "lsa", "softmax_q_full"], choices=list(MODELS))
+    p.add_argument("--seeds", type=int, default=30, help="S: seeds per value of L (6 S runs)")
+    p.add_argument("--epochs", type=int, default=400, help="epochs per run, as in a real run")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the ensemble trains")
+    p.add_argument("--loop-runs", type=int, default=12,
+                   help="the loop is timed on this many runs (split over its two processes) and its rate "
+                        "per run used for the 6 S runs: a loop's time is linear in runs")
+    for hidden in ("--model", "--path", "--data"):
+        p.add_argument(hidden, help=argparse.SUPPRESS)
+    p.add_argument("--part", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--model", help=argparse.SUPPRESS)
-    p.add_argument("--path", help=argparse.SUPPRESS)
-    p.add_argument("--data", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
-        args.seeds = args.seeds[0]
         return one(args)
-    peak = matmul_peak(args.device)
-    print(f"device {args.device}, {args.threads} threads; measured float32 matmul peak {peak:.1f} GFLOP/s")
-    print(f"{'model':<10} {'S':>3} {'runs':>5} {'path':<9} {'model-epochs/s':>15} {'ratio':>7} {'GFLOP/s':>8} "
-          f"{'% peak':>7} {'peak RSS MB':>12}")
+    torch.set_num_threads(2)
+    gflops, gbps = matmul_gflops(args.device), copy_gbps(args.device)
+    print(f"ensemble on {args.device}, 2 threads; loop: 2 processes x 1 thread; {args.epochs} epochs; "
+          f"measured ceilings: matmul {gflops:.1f} GFLOP/s, copy {gbps:.1f} GB/s")
+    print(f"{'model':<15} {'runs':>5} {'path':<9} {'model-epochs/s':>15} {'ratio':>7} {'GFLOP/s':>8} "
+          f"{'% FLOP peak':>11} {'peak RSS MB':>12}")
     with tempfile.TemporaryDirectory() as data:
+        args.data = data
         for model in args.models:
-            err = check_equal(model, 2, data, args.device)
+            err = check_equal(model, data, args.device)
             ok = err < 2e-3
-            print(f"{model:<10} curves equal: max relative difference {err:.2e} ({'ok' if ok else 'MISMATCH'})")
+            print(f"{model:<15} curves equal: max relative difference {err:.2e} ({'ok' if ok else 'MISMATCH'})")
             if not ok:
-                sys.exit(f"{model}: the two paths disagree; not timing")
-            for S in args.seeds:
-                res = {}
-                for path in ("loop", "ensemble"):
-                    s_eff = S if path == "ensemble" else max(1, min(S, args.loop_max_runs // len(LS)))
-                    cmd = [sys.executable, __file__, "--one", "--model", model, "--seeds", str(s_eff),
-                           "--epochs", str(args.epochs), "--threads", str(args.threads), "--device",
-                           args.device if path == "ensemble" else "cpu", "--path", path, "--data", data]
-                    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
-                    res[path] = json.loads(out)
-                for path in ("loop", "ensemble"):
-                    r = res[path]
-                    rate = r["runs"] * args.epochs / r["seconds"]
-                    ratio = rate / (res["loop"]["runs"] * args.epochs / res["loop"]["seconds"])
-                    gf = r["flops"] / r["seconds"] / 1e9
-                    mem = r["peak_rss_mb"] if path == "loop" or args.device == "cpu" else r["gpu_peak_mb"]
-                    print(f"{model:<10} {S:>3} {r['runs']:>5} {path:<9} {rate:>15.1f} {ratio:>6.1f}x {gf:>8.2f} "
-                          f"{100 * gf / peak:>6.1f}% {mem:>12.0f}")
+                sys.exit(f"{model}: the loop and the ensemble disagree; not timing")
+            workload(model, args.seeds, args.epochs, data)   # the prompt files, once, before the children read them
+            loop_seeds = max(1, args.loop_runs // len(LS))
+            # side by side; each times its own training (not its start-up), the pair takes the longer
+            halves = [result(pr) for pr in [child(model, "loop", loop_seeds, args, 1, "cpu", part) for part in (0, 1)]]
+            loop = {"runs": sum(h["runs"] for h in halves), "seconds": max(h["seconds"] for h in halves),
+                    "flops": sum(h["flops"] for h in halves), "peak_rss_mb": sum(h["peak_rss_mb"] for h in halves)}
+            ens = result(child(model, "ensemble", args.seeds, args, 2, args.device))
+            base = loop["runs"] * args.epochs / loop["seconds"]
+            for path, r in (("loop", loop), ("ensemble", ens)):
+                rate = r["runs"] * args.epochs / r["seconds"]
+                gf = r["flops"] / r["seconds"] / 1e9
+                mem = r["gpu_peak_mb"] if path == "ensemble" and args.device == "cuda" else r["peak_rss_mb"]
+                print(f"{model:<15} {r['runs']:>5} {path:<9} {rate:>15.1f} {rate / base:>6.1f}x {gf:>8.2f} "
+                      f"{100 * gf / gflops:>10.1f}% {mem:>12.0f}")
 
 
 if __name__ == "__main__":

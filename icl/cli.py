@@ -51,33 +51,25 @@ def cmd_plan(args) -> None:
     chash = stable_hash(cfg["experiments"][args.experiment])
     from icl.provenance import stamp
     write_parquet(runs_table(recs, args.experiment, chash), args.runs, stamp(chash))
-    tmp = args.plan + ".tmp"
-    with open(tmp, "w") as fh:
+    from icl.files import atomic_path
+    with atomic_path(args.plan) as tmp, open(tmp, "w") as fh:
         json.dump({"experiment": args.experiment, "config": cfg["experiments"][args.experiment],
                    "settings": {k: v for k, v in cfg.items() if k != "experiments"},
                    "config_hash": chash, "runs": recs}, fh, indent=1)
-    os.replace(tmp, args.plan)
     print(f"{args.experiment}: {len(runs)} runs in {len({r.shard for r in runs})} shards", file=sys.stderr)
 
 
-def cmd_prompts(args) -> None:
-    from icl.data import write_dataset
-    from icl.plan import data_spec
-    pl = _read_plan(args.plan)
-    run = next((r for r in pl["runs"] if r["data_id"] == args.data_id), None)
-    if run is None:
-        sys.exit(f"error: no run in {args.plan} uses data id {args.data_id}")
-    t = time.time()
-    write_dataset(data_spec(run["spec"]), args.out)
-    print(f"wrote {args.out} in {time.time() - t:.2f}s", file=sys.stderr)
-
-
 def _shard_job(args, pl: dict, runs: list[dict]) -> tuple[list[dict], dict, str]:
-    """The runs of args.shard, their prompt files, and the device (--device, else the plan's)."""
+    """The runs of args.shard, their prompt files (written first where missing), and the device
+    (--device, else the plan's)."""
+    from icl.data import ensure_datasets
     mine = [r for r in runs if r["shard"] == args.shard]
     if not mine:
         sys.exit(f"error: shard {args.shard} is not in {args.plan}; rerun snakemake to refresh the plan")
-    paths = {r["data_id"]: os.path.join(args.prompts_dir, f"{r['data_id']}.npz") for r in mine}
+    t = time.time()
+    stale = os.path.getmtime(args.code_stamp) if args.code_stamp else None
+    paths = ensure_datasets(mine, args.prompts_dir, stale)
+    print(f"[{args.shard}] {len(paths)} prompt files ready in {time.time() - t:.2f}s", file=sys.stderr, flush=True)
     return mine, paths, args.device or pl["settings"].get("device", "auto")
 
 
@@ -174,16 +166,12 @@ def main(argv=None) -> None:
     s.add_argument("--runs", required=True)
     s.add_argument("--plan", required=True)
     s.set_defaults(fn=cmd_plan)
-    s = sub.add_parser("prompts", help="write one prompt dataset")
-    s.add_argument("--plan", required=True)
-    s.add_argument("--data-id", required=True)
-    s.add_argument("--out", required=True)
-    s.set_defaults(fn=cmd_prompts)
     def shard_job(name, help_, fn):
         s = sub.add_parser(name, help=help_)
         s.add_argument("--plan", required=True)
         s.add_argument("--shard", required=True)
-        s.add_argument("--prompts-dir", required=True)
+        s.add_argument("--prompts-dir", required=True, help="where the prompt files are (written there if missing)")
+        s.add_argument("--code-stamp", help="prompt files older than this file are written anew (rerun_on_code_change)")
         s.add_argument("--threads", type=int, default=None)
         s.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None)
         s.set_defaults(fn=fn)

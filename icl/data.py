@@ -6,9 +6,13 @@ and the test prompts carry task functions never seen in training.
 """
 from __future__ import annotations
 
+
 import os
 
 import numpy as np
+
+from icl.files import atomic_path
+from icl.plan import data_spec
 
 STREAM_FEATURES, STREAM_TRAIN, STREAM_TEST = 0, 1, 2
 STREAM_EVAL = 100_000        # + cell index: evaluation prompts under shift (icl.evaluate)
@@ -111,9 +115,23 @@ def make_dataset(spec: dict) -> dict:
 def write_dataset(spec: dict, path: str) -> None:
     """Write atomically: a half-written file never carries the final name."""
     arrays = make_dataset(spec)
-    tmp = f"{path}.tmp.npz"
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        np.savez(tmp, **arrays)
+
+
+def ensure_datasets(runs: list[dict], prompts_dir: str, stale_before: float | None = None) -> dict:
+    """The prompt file of every run, written where it is missing (or older than `stale_before`,
+    a time stamp: the workflow's code stamp when reruns on code change are on). Returns
+    {data_id: path}. The training job makes its own prompts, in one process, instead of one job
+    per dataset; jobs that share a dataset may both write it: the content is a function of the
+    data spec, and each writes its own temporary file before the rename."""
+    os.makedirs(prompts_dir, exist_ok=True)
+    paths = {}
+    for r in runs:
+        path = paths.setdefault(r["data_id"], os.path.join(prompts_dir, f"{r['data_id']}.npz"))
+        if not os.path.exists(path) or (stale_before is not None and os.path.getmtime(path) < stale_before):
+            write_dataset(data_spec(r["spec"]), path)
+    return paths
 
 
 def read_dataset(path: str) -> dict:
@@ -125,6 +143,27 @@ def read_dataset(path: str) -> dict:
                            "delete it and rerun to regenerate it") from None
 
 
+class Dataset:
+    """A prompt file whose arrays are read when asked for, one at a time: a model that reads
+    only labels and feature indices (softmax_q's count form) never loads the tokens, the largest
+    array. The file is checked when opened, so a damaged one is named before training starts."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.keys = set(self._read(lambda z: z.files))
+
+    def _read(self, what):
+        try:
+            with np.load(self.path) as z:
+                return what(z)
+        except Exception as e:   # zipfile/ValueError/EOFError/KeyError: all mean the same to the user
+            raise RuntimeError(f"prompt file {self.path} is unreadable ({type(e).__name__}: {e}); "
+                               "delete it and rerun to regenerate it") from None
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self._read(lambda z: z[key])
+
+
 def read_datasets(runs: list[dict], paths: dict) -> dict:
-    """The prompt files of a shard's runs, each read once (runs trained on the same data share it)."""
-    return {d: read_dataset(paths[d]) for d in dict.fromkeys(r["data_id"] for r in runs)}
+    """The prompt files of a shard's runs, one Dataset per file (runs on the same data share it)."""
+    return {d: Dataset(paths[d]) for d in dict.fromkeys(r["data_id"] for r in runs)}

@@ -1,8 +1,13 @@
 """Ensemble models: every parameter has a leading run dimension R, so one call trains a shard.
 
 Inputs: x (R, B, T, d) with the query last (T = N + 1), y (R, B, T) whose query entry is the
-target and is never shown to the model. Both models compute only what the loss reads: the
+target and is never shown to the model. Every model computes only what the loss reads: the
 prediction at the query position and the query's attention over the N context tokens.
+
+The training loop talks to a model through four calls: `prepare` (prompts into the form the
+model reads, a Batch), `step` (loss, gradients and what the forward saw), `loss` and
+`diagnostics` (what the model logs about itself: attention, its matrices). So the loop has no
+branch on the model's kind, and a new model touches this file and the schema.
 """
 from __future__ import annotations
 
@@ -18,18 +23,168 @@ def init_rng(seed: int, name: str) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, 1000, zlib.crc32(name.encode())])))
 
 
-class SoftmaxQ:
+class Batch:
+    """Prompts as a model reads them: tensors with leading (run, prompt) dimensions in `prompts`
+    (always `target`, the query's label), and per-run tensors in `runs` (feature vectors)."""
+
+    def __init__(self, prompts: dict, runs: dict | None = None):
+        self.prompts, self.runs = prompts, runs or {}
+
+    def __getitem__(self, key):
+        return self.prompts[key] if key in self.prompts else self.runs[key]
+
+    def __contains__(self, key):
+        return key in self.prompts or key in self.runs
+
+    def take(self, it: torch.Tensor) -> "Batch":
+        """The prompts it[r] of every run r (a minibatch)."""
+        ar = torch.arange(it.shape[0], device=it.device).unsqueeze(1)
+        return Batch({k: v[ar, it] for k, v in self.prompts.items()}, self.runs)
+
+    @staticmethod
+    def cat(parts: list["Batch"]) -> "Batch":
+        """Batches of consecutive groups of runs, joined along the run axis."""
+        if len(parts) == 1:
+            return parts[0]
+        join = lambda key, where: torch.cat([getattr(p, where)[key] for p in parts])
+        return Batch({k: join(k, "prompts") for k in parts[0].prompts}, {k: join(k, "runs") for k in parts[0].runs})
+
+
+def knn_count(N: int) -> int:
+    """How many nearest context tokens `attn_knn` sums over: a tenth of the context, at least 1."""
+    return max(1, N // 10)
+
+
+def nearest(dist: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices (R, B, k) of the k context tokens with the smallest distance to the query, ties
+    broken by position (a stable sort), so that every form of a prompt picks the same tokens."""
+    return torch.sort(dist, dim=-1, stable=True).indices[..., :k]
+
+
+def nearest_tokens(x: torch.Tensor, k: int) -> torch.Tensor:
+    """The k context tokens closest to the query (Euclidean).
+
+    attn_knn (the attention mass on them) is the attention summary for continuous tokens, where
+    there are no features. For discrete tokens it saturates below 1 (k = N/10 tokens of the
+    ~N/K that share the query's feature): read attn_own there."""
+    return nearest(((x[:, :, :-1] - x[:, :, -1:]) ** 2).sum(-1), k)
+
+
+def token_batch(arrays, diagnose: bool, K) -> Batch:
+    """The token form every model can read: x, y; with `diagnose`, what the attention summaries
+    need: the query's nearest context tokens and, for discrete tokens, the tokens' features and
+    the query's feature one-hot. `arrays(name)` gives one stacked array (x, y, feat, features)."""
+    x, y = arrays("x"), arrays("y")
+    prompts, runs = {"x": x, "y": y, "target": y[:, :, -1]}, {}
+    if diagnose:
+        prompts["knn"] = nearest_tokens(x, knn_count(x.shape[2] - 1))
+        if K:
+            feat = arrays("feat").long()
+            prompts["feat"] = feat
+            prompts["query"] = torch.nn.functional.one_hot(feat[:, :, -1], K).to(x.dtype)
+            runs["features"] = arrays("features")
+    return Batch(prompts, runs)
+
+
+def attention_logs(mass, query, entropy, knn_mass, K) -> dict:
+    """Per-run summaries of attention from per-prompt quantities: `mass` (R, B, K) on each key
+    feature, the query's feature as a one-hot (R, B, K), the entropy over tokens and the mass on
+    the nearest tokens (R, B). attn[r, k, j] is the mean mass a query with feature j puts on
+    feature k (NaN where no query has feature j); attn_own its diagonal mean."""
+    out = {"attn_entropy": entropy.mean(1), "attn_knn": knn_mass.mean(1)}
+    if K:
+        sums = torch.bmm(query.transpose(1, 2), mass)                                  # [r, j, k]
+        amap = (sums / query.sum(1).unsqueeze(-1)).transpose(1, 2)
+        out["attn"] = amap
+        out["attn_own"] = torch.diagonal(amap, dim1=1, dim2=2).nanmean(-1)
+    return out
+
+
+def token_attention_logs(a, batch: Batch, K) -> dict:
+    """attention_logs of token-level attention a (R, B, N)."""
+    ent = -(a * torch.log(a.clamp_min(1e-30))).sum(-1)
+    knn = torch.gather(a, 2, batch["knn"]).sum(-1)
+    if not K:
+        return attention_logs(None, None, ent, knn, None)
+    mass = torch.zeros(*a.shape[:2], K, dtype=a.dtype, device=a.device).scatter_add_(2, batch["feat"][:, :, :-1], a)
+    return attention_logs(mass, batch["query"], ent, knn, K)
+
+
+class Model:
+    """What the training loop calls; the defaults read the token form."""
+
+    kind = ""
+    has_attention = True
+
+    def __init__(self, spec: dict, tokens: dict | int):
+        if isinstance(tokens, int):          # Model(spec, d): token form, no features
+            tokens = {"kind": "gaussian", "d": tokens}
+        self.tokens, self.d = tokens, tokens["d"]
+        self.K = tokens.get("K") if tokens.get("kind") == "discrete" else None
+
+    def log_shapes(self) -> dict:
+        """Per-run shape of every array `diagnostics` returns (the loop allocates the logs)."""
+        if not self.has_attention:
+            return {}
+        out = {"attn_entropy": (), "attn_knn": ()}
+        if self.K:
+            out.update({"attn_own": (), "attn": (self.K, self.K)})
+        return out
+
+    def prepare(self, arrays, diagnose: bool = True) -> Batch:
+        """The prompts in the form this model reads (`arrays(name)`: x, y, feat, features)."""
+        return token_batch(arrays, diagnose, self.K)
+
+    def predict(self, params, batch: Batch):
+        return self.forward(params, batch["x"], batch["y"])
+
+    def step(self, params, batch: Batch):
+        """loss (R,), gradients, and what the forward saw (its attention), from one forward."""
+        return self._step(params, batch["x"], batch["y"])
+
+    def loss(self, params, batch: Batch) -> torch.Tensor:
+        pred, _ = self.predict(params, batch)
+        return 0.5 * ((pred - batch["target"]) ** 2).mean(1)
+
+    def diagnostics(self, params, batch: Batch, seen) -> dict:
+        return token_attention_logs(seen, batch, self.K) if self.has_attention else {}
+
+    def loss_and_grads(self, params, x, y):
+        loss, grads, _ = self._step(params, x, y)
+        return loss, grads
+
+    def _step(self, params, x, y):
+        """Autograd through forward (the block, the LSA)."""
+        with torch.enable_grad():
+            leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+            pred, a = self.forward(leaves, x, y)
+            loss = 0.5 * ((pred - y[:, :, -1]) ** 2).mean(1)
+            grads = torch.autograd.grad(loss.sum(), list(leaves.values()))
+        return loss.detach(), dict(zip(leaves, grads)), None if a is None else a.detach()
+
+    def extras(self, specs: list[dict], device) -> dict:
+        """Per-run tensors a model's diagnostics need from the run specs (the LSA's target)."""
+        return {}
+
+
+class SoftmaxQ(Model):
     """LDL eq. (6): y_hat = sum_i y_i softmax_i(x_i^T Q x_q); only Q is trained, from zero.
 
     The gradient is analytic (no autograd): with a_n the attention, p the prediction and t the
     target, dL/dQ = (1/B) sum_b (p_b - t_b) sum_n a_n (y_n - p_b) x_n x_q^T.
+
+    On discrete tokens without noise a score depends only on the (key, query) features,
+    s_kj = v_k^T Q v_j, so a prompt reduces to its per-feature counts n_k and label sums S_k:
+    p = sum_k e^{s_kj} S_k / sum_k n_k e^{s_kj}, and the gradient is V^T C V with
+    C[j, k] = (1/B) sum_{b: query j} (p_b - t_b) a_k (S_k - n_k p_b). That costs O(K) per prompt
+    instead of O(N d), and is exact (tests/test_softmax_q.py checks it against the token form).
     """
 
     kind = "softmax_q"
-    has_attention = True
 
-    def __init__(self, spec: dict, d: int):
-        self.d = d
+    def __init__(self, spec: dict, tokens):
+        super().__init__(spec, tokens)
+        self.by_feature = bool(self.K) and not self.tokens.get("noise")
 
     def init(self, seeds, names, device, dtype=torch.float32) -> dict:
         return {"Q": torch.zeros(len(seeds), self.d, self.d, device=device, dtype=dtype)}
@@ -41,14 +196,76 @@ class SoftmaxQ:
         pred = (a * y[:, :, :-1]).sum(-1)
         return pred, a
 
-    def loss_and_grads(self, params, x, y):
+    def _step(self, params, x, y):
         pred, a = self.forward(params, x, y)
         err = pred - y[:, :, -1]                                     # (R, B)
         loss = 0.5 * (err ** 2).mean(1)
         coef = (err / x.shape[1]).unsqueeze(-1) * a * (y[:, :, :-1] - pred.unsqueeze(-1))
         z = torch.einsum("rbn,rbnd->rbd", coef, x[:, :, :-1])
         grad = torch.einsum("rbd,rbe->rde", z, x[:, :, -1])
-        return loss, {"Q": grad}
+        return loss, {"Q": grad}, a
+
+    # ---- the feature-count form (discrete tokens without noise)
+
+    def log_shapes(self) -> dict:
+        return {**super().log_shapes(), **({"q_features": (self.K, self.K)} if self.K else {})}
+
+    def prepare(self, arrays, diagnose: bool = True) -> Batch:
+        """The count form: per prompt the number n_k and label sum S_k of its context tokens of
+        each feature, and the query's feature; the tokens themselves are never read."""
+        if not self.by_feature:
+            return super().prepare(arrays, diagnose)
+        feat, y, V, K = arrays("feat").long(), arrays("y"), arrays("features"), self.K
+        ctx = feat[:, :, :-1]
+        zeros = torch.zeros(*ctx.shape[:2], K, dtype=y.dtype, device=y.device)
+        n = zeros.scatter_add(2, ctx, torch.ones_like(y[:, :, :-1]))
+        query = torch.nn.functional.one_hot(feat[:, :, -1], K).to(y.dtype)
+        prompts = {"n": n, "S": zeros.scatter_add(2, ctx, y[:, :, :-1]), "absent": n == 0, "query": query,
+                   "target": y[:, :, -1]}
+        if diagnose:   # how many of the query's nearest tokens carry each feature (attn_knn)
+            D = ((V.unsqueeze(1) - V.unsqueeze(2)) ** 2).sum(-1)                 # [r, j, k] = |v_k - v_j|^2
+            dist = torch.gather(torch.bmm(query, D), 2, ctx)                     # per token, as nearest_tokens
+            near = torch.gather(ctx, 2, nearest(dist, knn_count(ctx.shape[2])))
+            prompts["near"] = zeros.scatter_add(2, near, torch.ones_like(near, dtype=y.dtype))
+        return Batch(prompts, {"features": V})
+
+    def _feature_weights(self, params, b: Batch):
+        """Attention on one token of each feature (R, B, K), 0 for features absent from a prompt."""
+        V = b["features"]
+        s = torch.einsum("rkd,rde,rje->rjk", V, params["Q"], V)      # [r, query j, key k] = v_k^T Q v_j
+        logit = torch.bmm(b["query"], s).masked_fill(b["absent"], float("-inf"))
+        w = torch.exp(logit - logit.amax(-1, keepdim=True))
+        return w / (b["n"] * w).sum(-1, keepdim=True)
+
+    def predict(self, params, batch: Batch):
+        if "x" in batch:
+            return super().predict(params, batch)
+        w = self._feature_weights(params, batch)
+        return (w * batch["S"]).sum(-1), w
+
+    def step(self, params, batch: Batch):
+        if "x" in batch:
+            return super().step(params, batch)
+        pred, w = self.predict(params, batch)
+        err = pred - batch["target"]
+        n, S, V = batch["n"], batch["S"], batch["features"]
+        coef = (err / n.shape[1]).unsqueeze(-1) * w * (S - n * pred.unsqueeze(-1))
+        C = torch.bmm(batch["query"].transpose(1, 2), coef)              # [r, query j, key k]
+        grad = torch.einsum("rjk,rkd,rje->rde", C, V, V)
+        return 0.5 * (err ** 2).mean(1), {"Q": grad}, w
+
+    def diagnostics(self, params, batch: Batch, seen) -> dict:
+        if "x" in batch:
+            out = token_attention_logs(seen, batch, self.K)
+        else:
+            n, w = batch["n"], seen
+            ent = -(n * w * torch.log(w.clamp_min(1e-30))).sum(-1)
+            out = attention_logs(n * w, batch["query"], ent, (batch["near"] * w).sum(-1), self.K)
+        if self.K:
+            # q_features[i, j] = v_j^T Q v_i (LDL §5.1: q_{k,k'} = v_k'^T Q v_k)
+            V = batch["features"]
+            out["q_features"] = torch.einsum("rjd,rde,rie->rij", V, params["Q"], V)
+        return out
 
 
 def _layer_norm(h, g, b, eps=1e-5):
@@ -57,7 +274,7 @@ def _layer_norm(h, g, b, eps=1e-5):
     return (h - mu) * torch.rsqrt(var + eps) * g + b
 
 
-class TransformerBlock:
+class TransformerBlock(Model):
     """One pre-LN block: embedding of [x; y], single-head attention, ReLU feed-forward, LayerNorm,
     linear head read at the query. The query attends to the N context tokens (as in LDL eq. 6).
 
@@ -72,11 +289,11 @@ class TransformerBlock:
     """
 
     kind = "transformer_block"
-    has_attention = True
     eps = 1e-5
 
-    def __init__(self, spec: dict, d: int):
-        self.d, self.w = d, spec["width"]
+    def __init__(self, spec: dict, tokens):
+        super().__init__(spec, tokens)
+        self.w = spec["width"]
         self.f = spec["width"] * spec.get("ffn_mult", 4)
 
     def shapes(self) -> dict:
@@ -155,16 +372,8 @@ class TransformerBlock:
         pred = torch.einsum("rbw,rw->rb", zf, p["head_w"]) + p["head_b"]
         return pred, a
 
-    def loss_and_grads(self, params, x, y):
-        with torch.enable_grad():
-            leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
-            pred, _ = self.forward(leaves, x, y)
-            loss = 0.5 * ((pred - y[:, :, -1]) ** 2).mean(1)
-            grads = torch.autograd.grad(loss.sum(), list(leaves.values()))
-        return loss.detach(), dict(zip(leaves, grads))
 
-
-class LSA:
+class LSA(Model):
     """ZFB eq. (3.3): f(E) = E + W^PV E (E^T W^KQ E)/ρ, ŷ = f(E)[d+1, N+1], full (d+1)x(d+1)
     matrices, all entries trained; ρ = the prompt's own number of context tokens (ZFB).
 
@@ -177,8 +386,8 @@ class LSA:
     kind = "lsa"
     has_attention = False
 
-    def __init__(self, spec: dict, d: int):
-        self.d = d
+    def __init__(self, spec: dict, tokens):
+        super().__init__(spec, tokens)
         self.sigma = spec.get("init_scale", 0.3)
         self.noise = spec.get("init_noise", 0.0)
 
@@ -214,11 +423,29 @@ class LSA:
         """B = w22^PV · (W11^KQ)^T: the matrix with ŷ = x_q^T B m̂ when w21 blocks are zero."""
         return params["W_pv"][:, -1, -1, None, None] * params["W_kq"][:, :-1, :-1].transpose(1, 2)
 
-    loss_and_grads = TransformerBlock.loss_and_grads
+    def log_shapes(self) -> dict:
+        return {"effective": (self.d, self.d), "dist_target": ()}
+
+    def extras(self, specs: list[dict], device) -> dict:
+        from icl.theory.table import lsa_target
+        targets = [lsa_target(s) for s in specs]
+        if any(t is None for t in targets):       # no closed form for this task: no distance logged
+            return {}
+        return {"lsa_target": torch.as_tensor(np.stack(targets), dtype=torch.float32, device=device)}
+
+    def diagnostics(self, params, batch: Batch, seen) -> dict:
+        """The effective matrix and its relative distance to the optimum Γ⁻¹ (ZFB)."""
+        B = self.effective(params)
+        out = {"effective": B}
+        if "lsa_target" in batch:
+            T = batch["lsa_target"]
+            out["dist_target"] = torch.linalg.norm(B - T, dim=(1, 2)) / torch.linalg.norm(T, dim=(1, 2))
+        return out
 
 
 MODELS = {m.kind: m for m in (SoftmaxQ, TransformerBlock, LSA)}
 
 
-def build(spec: dict, d: int):
-    return MODELS[spec["kind"]](spec, d)
+def build(spec: dict, tokens):
+    """The model of a run spec's `model` section, for its `tokens` section (or just d)."""
+    return MODELS[spec["kind"]](spec, tokens)

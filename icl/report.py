@@ -23,6 +23,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape  # noqa: E40
 
 from icl import report_ldl, report_zfb  # noqa: E402
 from icl.figures import png  # noqa: E402
+from icl.files import atomic_path  # noqa: E402
 from icl.timing import summary_line, timing_table  # noqa: E402
 from icl.provenance import code_hash, code_version, package_versions  # noqa: E402
 from icl.tables import read_parquet  # noqa: E402
@@ -243,7 +244,5 @@ def render_index(experiments: dict, out_path: str) -> None:
 
 def _write(path: str, text: str) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
+    with atomic_path(path) as tmp, open(tmp, "w") as fh:
         fh.write(text)
-    os.replace(tmp, path)

@@ -12,6 +12,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from icl.files import atomic_path
 from icl.phases import phases
 from icl.provenance import code_version, stamp
 
@@ -28,9 +29,8 @@ def write_parquet(df: pd.DataFrame, path: str, meta: dict | None = None) -> None
     table = pa.Table.from_pandas(df, preserve_index=False)
     if meta:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), b"icl": json.dumps(meta).encode()})
-    tmp = path + ".tmp"
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
 
 
 def read_provenance(path: str) -> dict:
@@ -209,7 +209,6 @@ def aggregate(runs_path: str, shard_paths: list[str], outdir: str,
     meta["trained_with"] = sorted(set(tables["summary"]["code_version"]))
     for k, df in tables.items():
         write_parquet(df, os.path.join(outdir, f"{k}.parquet"), meta)
-    with open(os.path.join(outdir, "shards.json.tmp"), "w") as fh:
+    with atomic_path(os.path.join(outdir, "shards.json")) as tmp, open(tmp, "w") as fh:
         json.dump(shard_meta, fh, indent=1)
-    os.replace(os.path.join(outdir, "shards.json.tmp"), os.path.join(outdir, "shards.json"))
     return tables

@@ -15,8 +15,8 @@ import torch
 
 from icl import models, optim
 from icl.data import fresh_batch, read_datasets
+from icl.files import atomic_path
 from icl.plan import log_epochs
-from icl.theory.table import lsa_target
 from icl.provenance import code_hash, code_version
 
 
@@ -35,30 +35,6 @@ def batch_index(seeds, epoch: int, n: int, batch: int) -> list[np.ndarray]:
     perms = np.stack([np.random.Generator(np.random.PCG64(np.random.SeedSequence([s, 2000, epoch]))).permutation(n)
                       for s in seeds])
     return [perms[:, i:i + batch] for i in range(0, n, batch)]
-
-
-def attention_map(a, feat_ctx, feat_q, K):
-    """Attn[r, k, j]: mean mass a query with feature j puts on tokens with feature k (columns sum to 1)."""
-    mass = torch.einsum("rbn,rbnk->rbk", a, torch.nn.functional.one_hot(feat_ctx, K).to(a.dtype))
-    oh_q = torch.nn.functional.one_hot(feat_q, K).to(a.dtype)       # (R, B, K)
-    sums = torch.einsum("rbk,rbj->rkj", mass, oh_q)
-    count = oh_q.sum(1)                                              # (R, K)
-    return sums / count.unsqueeze(1)                                 # NaN where a feature never queries
-
-
-def knn_count(N: int) -> int:
-    """How many nearest context tokens `attn_knn` sums over: a tenth of the context, at least 1."""
-    return max(1, N // 10)
-
-
-def nearest_tokens(x: torch.Tensor, k: int) -> torch.Tensor:
-    """Indices (R, B, k) of the k context tokens closest to the query (Euclidean), ties by index.
-
-    attn_knn (the attention mass on them) is the attention summary for continuous tokens, where
-    there are no features. For discrete tokens it saturates below 1 (k = N/10 tokens of the
-    ~N/K that share the query's feature): read attn_own there."""
-    dist = ((x[:, :, :-1] - x[:, :, -1:]) ** 2).sum(-1)
-    return torch.topk(dist, k, dim=-1, largest=False, sorted=True).indices
 
 
 class Progress:
@@ -81,10 +57,49 @@ class Progress:
               f"{el:.1f}s elapsed, ~{left:.0f}s left", file=sys.stderr, flush=True)
 
 
-def _save_atomic(obj, path: str) -> None:
-    tmp = path + ".tmp"
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+class Logs:
+    """The logged arrays of a shard, (runs, logged epochs, ...), NaN until written. A run that
+    diverged logs NaN from then on, and `diverged_at` holds the epoch it went."""
+
+    STANDARD = ("train_loss", "test_loss", "attn_own", "attn_entropy", "attn_knn", "dist_target")
+    MATRICES = ("attn", "q_features", "effective")
+
+    def __init__(self, R: int, epochs: np.ndarray, shapes: dict):
+        E = len(epochs)
+        self.epochs = epochs
+        self.arrays = {k: np.full((R, E), np.nan) for k in self.STANDARD}
+        self.arrays.update({k: np.zeros((R, E, 0, 0)) for k in self.MATRICES})
+        self.arrays.update({k: np.full((R, E, *shape), np.nan) for k, shape in shapes.items()})
+        self.diverged_at = np.full(R, -1)
+
+    def record(self, pos: int, values: dict) -> np.ndarray:
+        """Write one logged epoch; returns the mask of runs still alive."""
+        for k, v in values.items():
+            self.arrays[k][:, pos] = v.detach().cpu().numpy()
+        dead = ~np.isfinite(self.arrays["train_loss"][:, pos]) & (self.diverged_at < 0)
+        self.diverged_at[dead] = self.epochs[pos]
+        gone = self.diverged_at >= 0
+        for arr in self.arrays.values():
+            arr[gone, pos] = np.nan
+        return ~gone
+
+
+def load_prompts(model, runs: list[dict], cache: dict, split: str, dev, diagnose: bool = True,
+                 group: int = 16) -> models.Batch:
+    """One split of every run's prompts in the model's form, stacked along the run axis. Runs
+    are prepared a group at a time, so a compact form (softmax_q's counts) never holds every
+    run's tokens at once, and only the arrays the model asks for are read from the files."""
+    def arrays(members):
+        name = lambda key: key if key == "features" else f"{split}_{key}"
+        return lambda key: torch.from_numpy(np.stack([cache[r["data_id"]][name(key)] for r in members])).to(dev)
+    return models.Batch.cat([model.prepare(arrays(runs[i:i + group]), diagnose) for i in range(0, len(runs), group)])
+
+
+def fresh_prompts(model, runs, cache, epoch: int, dev) -> models.Batch:
+    """train.fresh: new training prompts for every run, drawn from its own stream for this epoch."""
+    parts = [{**fresh_batch(r["spec"], cache[r["data_id"]]["features"], epoch),
+              "features": cache[r["data_id"]]["features"]} for r in runs]
+    return model.prepare(lambda key: torch.from_numpy(np.stack([p[key] for p in parts])).to(dev), diagnose=False)
 
 
 def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str = "auto",
@@ -96,152 +111,115 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
     print(f"[{label}] {len(runs)} runs on {dev}"
           + (f" ({torch.cuda.get_device_name(dev)}, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
              if dev.type == "cuda" else f" ({torch.get_num_threads()} threads)"), file=sys.stderr, flush=True)
-    spec0 = runs[0]["spec"]
-    R = len(runs)
-    tok, tr = spec0["tokens"], spec0["train"]
-    K = tok.get("K") if tok["kind"] == "discrete" else None
+    spec0, R = runs[0]["spec"], len(runs)
+    tr = spec0["train"]
     seeds = [r["spec"]["seed"] for r in runs]
-    names = [r["spec"]["model"]["name"] for r in runs]
+    model = models.build(spec0["model"], spec0["tokens"])
     cache = read_datasets(runs, data_paths)
-    stack = lambda key: torch.from_numpy(np.stack([cache[r["data_id"]][key] for r in runs])).to(dev)
-    xtr, ytr, xte, yte = stack("train_x"), stack("train_y"), stack("test_x"), stack("test_y")
-    ftr = stack("train_feat").long() if K else None
-    feats = stack("features") if K else None
-
-    model = models.build(spec0["model"], tok["d"])
-    if not model.has_attention:       # the LSA's weights are not a distribution over tokens
-        K = None
+    train, test = load_prompts(model, runs, cache, "train", dev), load_prompts(model, runs, cache, "test", dev, False)
+    extras = model.extras([r["spec"] for r in runs], dev)
+    train.runs.update(extras)
     lr = torch.tensor([r["spec"]["model"]["lr"] for r in runs], dtype=torch.float32, device=dev)
     opt = optim.build(spec0["model"]["optimizer"], lr)
-    params = model.init(seeds, names, dev)
-    epochs, every = tr["epochs"], tr["log_every"]
-    log_at = np.asarray(log_epochs(epochs, every))
-    E = len(log_at)
-    logs = {
-        "train_loss": np.full((R, E), np.nan), "test_loss": np.full((R, E), np.nan),
-        "attn_own": np.full((R, E), np.nan),
-        "attn_entropy": np.full((R, E), np.nan), "attn_knn": np.full((R, E), np.nan),
-        "attn": np.full((R, E, K, K), np.nan) if K and model.has_attention else np.zeros((R, E, 0, 0)),
-        "q_features": np.full((R, E, K, K), np.nan) if (K and model.kind == "softmax_q") else np.zeros((R, E, 0, 0)),
-        "effective": np.full((R, E, tok["d"], tok["d"]), np.nan) if model.kind == "lsa" else np.zeros((R, E, 0, 0)),
-        "dist_target": np.full((R, E), np.nan),
-    }
-    targets = [lsa_target(r["spec"]) for r in runs] if model.kind == "lsa" else []
-    target = torch.as_tensor(np.stack(targets), dtype=torch.float32, device=dev) \
-        if targets and all(t is not None for t in targets) else None
-    active = torch.ones(R, dtype=torch.bool, device=dev)
-    diverged_at = np.full(R, -1)
-    start, elapsed0 = 0, 0.0
-    ckpt_path = out_path + ".ckpt"
+    params = model.init(seeds, [r["spec"]["model"]["name"] for r in runs], dev)
+    epochs = tr["epochs"]
+    logs = Logs(R, np.asarray(log_epochs(epochs, tr["log_every"])), model.log_shapes())
     run_ids = [r["run_id"] for r in runs]
-    if os.path.exists(ckpt_path):
-        try:
-            ck = torch.load(ckpt_path, map_location=dev, weights_only=False)
-        except Exception as e:
-            raise RuntimeError(f"checkpoint {ckpt_path} is damaged ({type(e).__name__}); "
-                               "delete it to restart this shard from epoch 0") from None
-        if ck.get("run_ids") == run_ids:
-            params, start, elapsed0 = ck["params"], ck["epoch"], ck["elapsed"]
-            opt.load(ck["opt"])
-            logs, diverged_at = ck["logs"], ck["diverged_at"]
-            active = torch.as_tensor(diverged_at < 0, device=dev)
-            print(f"[{label}] resuming from checkpoint at epoch {start}", file=sys.stderr, flush=True)
-        else:
-            print(f"[{label}] ignoring checkpoint of another run set", file=sys.stderr, flush=True)
+    ckpt = Checkpoint(out_path + ".ckpt", run_ids, label)
+    start, elapsed0 = 0, 0.0
+    saved = ckpt.load(dev)
+    if saved:
+        params, start, elapsed0 = saved["params"], saved["epoch"], saved["elapsed"]
+        opt.load(saved["opt"])
+        logs.arrays, logs.diverged_at = saved["logs"], saved["diverged_at"]
+    active = torch.as_tensor(logs.diverged_at < 0, device=dev)
 
-    M = xtr.shape[1]
+    M = train["target"].shape[1]
     batch = tr.get("batch_size") or M
-    knn = nearest_tokens(xtr, knn_count(spec0["prompts"]["N"]))
-    ar = torch.arange(R, device=dev).unsqueeze(1)
+    full_batch = batch >= M and not tr.get("fresh")
+    pos = {int(e): i for i, e in enumerate(logs.epochs)}
     prog = Progress(label, epochs)
     t0 = time.time()
 
-    def evaluate(epoch_pos: int) -> None:
+    def record(p: int, train_loss, seen) -> None:
+        """Log the state at the start of an epoch: the train loss and diagnostics from the
+        forward that the step itself makes (full batch), the test loss from one more."""
         with torch.no_grad():
-            pred, a = model.forward(params, xtr, ytr)
-            logs["train_loss"][:, epoch_pos] = (0.5 * ((pred - ytr[:, :, -1]) ** 2).mean(1)).cpu().numpy()
-            pte, _ = model.forward(params, xte, yte)
-            logs["test_loss"][:, epoch_pos] = (0.5 * ((pte - yte[:, :, -1]) ** 2).mean(1)).cpu().numpy()
-            if model.kind == "lsa":
-                B = model.effective(params)
-                logs["effective"][:, epoch_pos] = B.cpu().numpy()
-                if target is not None:
-                    dist = torch.linalg.norm(B - target, dim=(1, 2)) / torch.linalg.norm(target, dim=(1, 2))
-                    logs["dist_target"][:, epoch_pos] = dist.cpu().numpy()
-            if a is not None:
-                ent = -(a * torch.log(a.clamp_min(1e-30))).sum(-1).mean(1)
-                logs["attn_entropy"][:, epoch_pos] = ent.cpu().numpy()
-                logs["attn_knn"][:, epoch_pos] = torch.gather(a, 2, knn).sum(-1).mean(1).cpu().numpy()
-            if K and a is not None:
-                amap = attention_map(a, ftr[:, :, :-1], ftr[:, :, -1], K)
-                logs["attn"][:, epoch_pos] = amap.cpu().numpy()
-                logs["attn_own"][:, epoch_pos] = torch.diagonal(amap, dim1=1, dim2=2).nanmean(-1).cpu().numpy()
-                if model.kind == "softmax_q":
-                    # q_features[i, j] = v_j^T Q v_i (LDL §5.1: q_{k,k'} = v_k'^T Q v_k)
-                    qf = torch.einsum("rjd,rde,rie->rij", feats, params["Q"], feats)
-                    logs["q_features"][:, epoch_pos] = qf.cpu().numpy()
-        dead = ~np.isfinite(logs["train_loss"][:, epoch_pos]) & (diverged_at < 0)
-        diverged_at[dead] = log_at[epoch_pos]
-        gone = diverged_at >= 0
-        for key in logs:                                   # a diverged run logs NaN from then on
-            logs[key][gone, epoch_pos] = np.nan
-        active.copy_(torch.as_tensor(~gone, device=dev))
+            if seen is None:
+                train_loss = model.loss(params, train)
+                seen = model.predict(params, train)[1]
+            values = {"train_loss": train_loss, "test_loss": model.loss(params, test),
+                      **model.diagnostics(params, train, seen)}
+        active.copy_(torch.as_tensor(logs.record(p, values), device=dev))
 
-    pos = {int(e): i for i, e in enumerate(log_at)}
     for epoch in range(start, epochs + 1):
-        if epoch in pos:
-            evaluate(pos[epoch])
+        logging = epoch in pos
+        if logging and (not full_batch or epoch == epochs):
+            record(pos[epoch], None, None)
         if epoch == epochs:
             break
-        if tr.get("fresh"):
-            xfull, yfull = fresh_data(runs, cache, epoch, dev)
-        else:
-            xfull, yfull = xtr, ytr
+        data = fresh_prompts(model, runs, cache, epoch, dev) if tr.get("fresh") else train
         for idx in batch_index(seeds, epoch, M, batch):
-            if batch >= M:
-                xb, yb = xfull, yfull
-            else:
-                it = torch.as_tensor(np.ascontiguousarray(idx), device=dev)
-                xb, yb = xfull[ar, it], yfull[ar, it]
-            loss, grads = model.loss_and_grads(params, xb, yb)
+            b = data if batch >= M else data.take(torch.as_tensor(np.ascontiguousarray(idx), device=dev))
+            loss, grads, seen = model.step(params, b)
+            if logging and full_batch:
+                record(pos[epoch], loss, seen)
             bad = ~torch.isfinite(loss)
             for g in grads.values():
                 bad |= ~torch.isfinite(g.flatten(1)).all(1)
             if bad.any():
-                diverged_at[(bad & active).cpu().numpy()] = epoch
+                logs.diverged_at[(bad & active).cpu().numpy()] = epoch
                 active &= ~bad
             opt.step(params, grads, active)
         done = epoch + 1
         prog.update(done, start, int(active.sum()), R)
-        ck_every = tr.get("checkpoint_every", 50)
-        if done % ck_every == 0 and done < epochs:
-            _save_atomic({"run_ids": run_ids, "params": params, "opt": opt.state(), "epoch": done,
-                          "logs": logs, "diverged_at": diverged_at,
-                          "elapsed": elapsed0 + time.time() - t0}, ckpt_path)
+        if done % tr.get("checkpoint_every", 50) == 0 and done < epochs:
+            ckpt.save({"params": params, "opt": opt.state(), "epoch": done, "logs": logs.arrays,
+                       "diverged_at": logs.diverged_at, "elapsed": elapsed0 + time.time() - t0})
     prog.update(epochs, start, int(active.sum()), R, force=True)
-    seconds = elapsed0 + time.time() - t0
     out = {
-        "run_id": np.asarray(run_ids), "epoch": log_at, "diverged_at": diverged_at,
-        "seconds": np.asarray(seconds), "device": np.asarray(str(dev)),
+        "run_id": np.asarray(run_ids), "epoch": logs.epochs, "diverged_at": logs.diverged_at,
+        "seconds": np.asarray(elapsed0 + time.time() - t0), "device": np.asarray(str(dev)),
         "device_name": np.asarray(torch.cuda.get_device_name(dev) if dev.type == "cuda" else _cpu_name()),
         "threads": np.asarray(torch.get_num_threads()),
         "code_version": np.asarray(code_version()), "code_hash": np.asarray(code_hash()),
-        **logs,
+        **logs.arrays,
         **{f"param_{k}": v.detach().cpu().numpy() for k, v in params.items()},
     }
-    tmp = out_path + ".tmp.npz"
-    np.savez(tmp, **out)
-    os.replace(tmp, out_path)
-    if os.path.exists(ckpt_path):
-        os.remove(ckpt_path)
+    with atomic_path(out_path) as tmp:
+        np.savez(tmp, **out)
+    ckpt.remove()
     return out
 
 
-def fresh_data(runs, cache, epoch: int, dev):
-    """train.fresh: new training prompts for every run, drawn from its own stream for this epoch."""
-    parts = [fresh_batch(r["spec"], cache[r["data_id"]]["features"], epoch) for r in runs]
-    return (torch.from_numpy(np.stack([p["x"] for p in parts])).to(dev),
-            torch.from_numpy(np.stack([p["y"] for p in parts])).to(dev))
+class Checkpoint:
+    """The whole training state of a shard, saved atomically every checkpoint_every epochs and
+    taken up again by a rerun of the same runs (after a kill)."""
+
+    def __init__(self, path: str, run_ids: list[str], label: str):
+        self.path, self.run_ids, self.label = path, run_ids, label
+
+    def load(self, dev) -> dict | None:
+        if not os.path.exists(self.path):
+            return None
+        try:
+            ck = torch.load(self.path, map_location=dev, weights_only=False)
+        except Exception as e:
+            raise RuntimeError(f"checkpoint {self.path} is damaged ({type(e).__name__}); "
+                               "delete it to restart this shard from epoch 0") from None
+        if ck.get("run_ids") != self.run_ids:
+            print(f"[{self.label}] ignoring checkpoint of another run set", file=sys.stderr, flush=True)
+            return None
+        print(f"[{self.label}] resuming from checkpoint at epoch {ck['epoch']}", file=sys.stderr, flush=True)
+        return ck
+
+    def save(self, state: dict) -> None:
+        with atomic_path(self.path) as tmp:
+            torch.save({"run_ids": self.run_ids, **state}, tmp)
+
+    def remove(self) -> None:
+        if os.path.exists(self.path):
+            os.remove(self.path)
 
 
 def _cpu_name() -> str:

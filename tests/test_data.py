@@ -74,3 +74,29 @@ def test_noise_scale():
     ds = make_dataset(spec)
     resid = ds["train_x"] - ds["features"][ds["train_feat"]]
     assert resid.std() == pytest.approx(0.1, rel=0.05)
+
+
+def test_training_jobs_write_missing_prompt_files_once(tiny_raw, tmp_path):
+    """ensure_datasets writes a file per dataset where missing, leaves present ones alone, and
+    writes anew those older than the code stamp (rerun_on_code_change), with the same content."""
+    import os
+    import time
+
+    from icl.config import validate
+    from icl.data import ensure_datasets, make_dataset, read_dataset
+    from icl.plan import plan
+    runs = [{"run_id": r.run_id, "data_id": r.data_id, "spec": r.spec} for r in plan(validate(tiny_raw), "tiny")]
+    paths = ensure_datasets(runs, str(tmp_path / "p"))
+    assert set(paths) == {r["data_id"] for r in runs} and len(paths) == 4      # 8 runs, 2 models share data
+    r0 = runs[0]
+    ds = read_dataset(paths[r0["data_id"]])
+    for k, v in make_dataset({k: r0["spec"][k] for k in ("tokens", "task", "prompts", "seed")}).items():
+        np.testing.assert_array_equal(ds[k], v)
+    first = {d: os.path.getmtime(p) for d, p in paths.items()}
+    time.sleep(0.02)
+    ensure_datasets(runs, str(tmp_path / "p"))
+    assert {d: os.path.getmtime(p) for d, p in paths.items()} == first
+    ensure_datasets(runs, str(tmp_path / "p"), stale_before=time.time())
+    assert all(os.path.getmtime(p) > first[d] for d, p in paths.items())
+    np.testing.assert_array_equal(read_dataset(paths[r0["data_id"]])["train_x"], ds["train_x"])
+    assert not [p for p in os.listdir(tmp_path / "p") if ".tmp" in p]

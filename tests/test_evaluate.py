@@ -146,13 +146,13 @@ def test_new_shifts_rerun_evaluation_not_training(tmp_path):
     before = {p: p.stat().st_mtime_ns for p in shards}
     # switching rerun_on_code_change on changes the code stamp: everything behind plan.json reruns
     dry = snakemake(tmp_path, "-n", "--cores", "2", "--configfile", str(cfg), "--config", "rerun_on_code_change=true")
-    assert {"train", "prompts", "evaluate"} <= set(planned_jobs(dry)), dry.stdout[-2000:]
+    assert {"train", "evaluate"} <= set(planned_jobs(dry)), dry.stdout[-2000:]
     raw = copy.deepcopy(ZFB)
     raw["experiments"]["z"]["evaluate"]["shifts"].append({"kind": "query_only", "c": [3]})
     cfg.write_text(yaml.safe_dump(raw))
     dry = snakemake(tmp_path, "-n", "--cores", "2", "--configfile", str(cfg))
     jobs = planned_jobs(dry)
-    assert jobs.get("evaluate") == len(shards) and "train" not in jobs and "prompts" not in jobs, jobs
+    assert jobs.get("evaluate") == len(shards) and "train" not in jobs, jobs
     res = snakemake(tmp_path, "--cores", "2", "--configfile", str(cfg))
     assert res.returncode == 0, res.stderr[-3000:]
     assert {p: p.stat().st_mtime_ns for p in shards} == before

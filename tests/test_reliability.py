@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from icl.data import read_dataset
+from icl.data import Dataset, read_dataset
 from icl.tables import aggregate, read_parquet
 
 REPO = Path(__file__).resolve().parent.parent
@@ -165,6 +165,8 @@ def test_truncated_prompts_are_named(reference, tmp_path):
     _truncate(bad)
     with pytest.raises(RuntimeError, match=rf"prompt file .*{bad.name} is unreadable.*regenerate"):
         read_dataset(str(bad))
+    with pytest.raises(RuntimeError, match=rf"prompt file .*{bad.name} is unreadable.*regenerate"):
+        Dataset(str(bad))
 
 
 def test_tables_carry_provenance(reference):

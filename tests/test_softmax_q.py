@@ -1,5 +1,6 @@
 """softmax_q: the analytic gradient against autograd and against central finite differences."""
 import numpy as np
+import pytest
 import torch
 
 from icl.models import SoftmaxQ
@@ -48,3 +49,45 @@ def test_zero_init_gives_uniform_attention():
     pred, a = m.forward(p, x, y)
     assert torch.allclose(a, torch.full_like(a, 1 / 7))
     assert torch.allclose(pred, y[:, :, :-1].mean(-1))
+
+
+def _discrete(features="random", probs=None, seed=0, N=23, P=40):
+    from icl.data import make_dataset
+    tokens = {"kind": "discrete", "d": 5, "K": 4, "delta": 2.0, "noise": 0.0, "features": features, "probs": probs}
+    ds = make_dataset({"tokens": tokens, "task": {"kind": "cosine", "L": 1.3, "c": 0.7},
+                       "prompts": {"N": N, "train": P, "test": 1}, "seed": seed})
+    t = lambda k: torch.from_numpy(ds[k])[None]
+    x, y = t("train_x").double(), t("train_y").double()
+    return tokens, x, y, t("train_feat"), t("features").double()
+
+
+@pytest.mark.parametrize("features,probs", [("orthogonal", None), ("random", [0.55, 0.3, 0.1, 0.05])])
+def test_feature_count_form_equals_token_form(features, probs):
+    """On noiseless discrete tokens the count form (O(K) per prompt) gives the token form's loss,
+    gradient, attention map, entropy and nearest-token mass, to float64 rounding."""
+    tokens, x, y, feat, V = _discrete(features, probs)
+    g = torch.Generator().manual_seed(1)
+    params = {"Q": 0.8 * torch.randn(1, 5, 5, generator=g, dtype=torch.float64)}
+    counted = SoftmaxQ({}, tokens)
+    as_tokens = SoftmaxQ({}, {**tokens, "noise": 1e-300})     # noise forces the token form
+    arrays = {"x": x, "y": y, "feat": feat, "features": V}.__getitem__
+    bc, bt = counted.prepare(arrays), as_tokens.prepare(arrays)
+    assert "x" not in bc and "x" in bt
+    lc, gc, sc = counted.step(params, bc)
+    lt, gt, st = as_tokens.step(params, bt)
+    torch.testing.assert_close(lc, lt, rtol=1e-12, atol=0)
+    torch.testing.assert_close(gc["Q"], gt["Q"], rtol=1e-10, atol=1e-14)
+    dc, dt = counted.diagnostics(params, bc, sc), as_tokens.diagnostics(params, bt, st)
+    assert set(dc) == set(dt) == {"attn", "attn_own", "attn_entropy", "attn_knn", "q_features"}
+    for k in dc:
+        torch.testing.assert_close(dc[k], dt[k], rtol=1e-10, atol=1e-14, equal_nan=True, msg=k)
+    # the attention map is a distribution over key features for every query feature that occurs
+    cols = dc["attn"][0].sum(0)
+    torch.testing.assert_close(cols[~cols.isnan()], torch.ones_like(cols[~cols.isnan()]))
+
+
+def test_feature_count_form_picks_itself():
+    tokens = {"kind": "discrete", "d": 5, "K": 4, "delta": 2.0}
+    assert SoftmaxQ({}, {**tokens, "noise": 0.0}).by_feature
+    assert not SoftmaxQ({}, {**tokens, "noise": 0.1}).by_feature
+    assert not SoftmaxQ({}, {"kind": "gaussian", "d": 5}).by_feature

@@ -127,3 +127,36 @@ def test_damaged_checkpoint_named(tiny_plan):
         fh.write(b"not a checkpoint")
     with pytest.raises(RuntimeError, match=r"checkpoint .*x\.npz\.ckpt is damaged"):
         train_shard(_members(recs, "softmax_q"), paths, out)
+
+
+def test_feature_count_training_equals_token_training(tiny_plan, monkeypatch):
+    """A softmax_q shard trained in the count form logs what the token form logs (float32)."""
+    from icl import models
+    recs, paths, tmp = tiny_plan
+    members = _members(recs, "softmax_q")
+    counted = train_shard(members, paths, str(tmp / "c.npz"))
+    monkeypatch.setattr(models.SoftmaxQ, "prepare", models.Model.prepare)
+    tokens = train_shard(members, paths, str(tmp / "t.npz"))
+    for key in ("train_loss", "test_loss", "attn_own", "attn_entropy", "attn_knn", "attn", "q_features", "param_Q"):
+        np.testing.assert_allclose(counted[key], tokens[key], rtol=2e-5, atol=1e-7, err_msg=key)
+
+
+def test_logged_train_loss_is_the_loss_before_each_step(tiny_plan):
+    """The train loss and attention come from the training step's own forward: they must equal
+    a separate forward at the logged epoch's parameters (here: replayed by hand with plain GD)."""
+    import torch
+    from icl.data import read_dataset
+    from icl.models import SoftmaxQ
+    recs, paths, tmp = tiny_plan
+    r = _members(recs, "softmax_q")[0]
+    out = train_shard([r], paths, str(tmp / "l.npz"))
+    ds = read_dataset(paths[r["data_id"]])
+    m = SoftmaxQ({}, 6)
+    p = m.init([0], ["sq"], "cpu")
+    x, y = torch.from_numpy(ds["train_x"])[None], torch.from_numpy(ds["train_y"])[None]
+    expect = []
+    for epoch in range(r["spec"]["train"]["epochs"] + 1):
+        loss, g = m.loss_and_grads(p, x, y)
+        expect.append(loss.item())
+        p["Q"] = p["Q"] - r["spec"]["model"]["lr"] * g["Q"]
+    np.testing.assert_allclose(out["train_loss"][0], np.asarray(expect)[out["epoch"]], rtol=1e-5)

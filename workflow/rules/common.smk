@@ -32,14 +32,6 @@ def shard_names(exp):
     return sorted(shards(PLANS[exp]))
 
 
-def shard_data(exp, shard):
-    return sorted({r.data_id for r in PLANS[exp] if r.shard == shard})
-
-
-def data_ids(exp):
-    return sorted({r.data_id for r in PLANS[exp]})
-
-
 def shard_mem_mb(exp, shard):
     from icl.plan import run_bytes
     members = [r for r in PLANS[exp] if r.shard == shard]
@@ -63,7 +55,7 @@ def shift_files(exp):
     return [f"results/{exp}/shards/{s}.shift.parquet" for s in shard_names(exp)]
 
 
-# Stamps carry a value into the jobs behind plan.json's `ancient` edge (prompts, train,
+# Stamps carry a value into the jobs behind plan.json's `ancient` edge (train,
 # evaluate). A params trigger on those jobs themselves is lost whenever plan.json is rewritten
 # in the same invocation (Snakemake 9 skips the own checks of jobs downstream of a job that
 # reruns, and does not cross an ancient edge), so the value lives in a file of its own that is

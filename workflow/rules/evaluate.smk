@@ -7,7 +7,6 @@ rule evaluate:
         plan=ancient("results/{exp}/plan.json"),
         trained="results/{exp}/shards/{shard}.npz",
         spec="results/{exp}/stamps/evaluate.json",
-        prompts=lambda w: expand("results/{exp}/prompts/{d}.npz", exp=w.exp, d=shard_data(w.exp, w.shard)),
     output:
         "results/{exp}/shards/{shard}.shift.parquet",
     threads: 2

@@ -1,12 +1,13 @@
 # One job per shard: all runs of the shard train together as one vectorized ensemble. The job
-# picks its device itself (CUDA when visible, else CPU) and uses `threads` CPU threads.
+# picks its device itself (CUDA when visible, else CPU) and uses `threads` CPU threads. It writes
+# the prompt files its runs need first, where missing (results/{exp}/prompts/, shared by every
+# shard trained on the same data): one process for all of them instead of a job per dataset.
 # plan.json is `ancient`: a shard's name is a hash of its runs, so extending a sweep adds new
 # shards and leaves finished ones alone instead of retraining everything.
 rule train:
     input:
         plan=ancient("results/{exp}/plan.json"),
         code="results/{exp}/stamps/code.json",
-        prompts=lambda w: expand("results/{exp}/prompts/{d}.npz", exp=w.exp, d=shard_data(w.exp, w.shard)),
     output:
         "results/{exp}/shards/{shard}.npz",
     threads: 2
@@ -18,4 +19,4 @@ rule train:
         "logs/{exp}/train/{shard}.log",
     shell:
         "OMP_NUM_THREADS={threads} {PY} -m icl train --plan {input.plan} --shard {wildcards.shard} "
-        "--prompts-dir results/{wildcards.exp}/prompts --out {output} --threads {threads} 2> {log}"
+        "--prompts-dir results/{wildcards.exp}/prompts --code-stamp {input.code} --out {output} --threads {threads} 2> {log}"
