@@ -113,10 +113,23 @@ def make_dataset(spec: dict) -> dict:
 
 
 def write_dataset(spec: dict, path: str) -> None:
-    """Write atomically: a half-written file never carries the final name."""
+    """Write atomically: a half-written file never carries the final name. Discrete tokens
+    without noise are their features, x = features[feat] exactly, so the file keeps the indices
+    and not the tokens (15x smaller at LDL's sizes); readers rebuild x (with_tokens)."""
     arrays = make_dataset(spec)
+    tok = spec["tokens"]
+    if tok["kind"] == "discrete" and not tok.get("noise"):
+        arrays = {k: v for k, v in arrays.items() if not k.endswith("_x")}
     with atomic_path(path) as tmp:
         np.savez(tmp, **arrays)
+
+
+def with_tokens(z, key: str) -> np.ndarray:
+    """z[key] from an open prompt file, rebuilding the tokens of a split from its feature
+    indices where the file does not hold them."""
+    if key.endswith("_x") and key not in z.files:
+        return z["features"][z[key[:-2] + "_feat"]]
+    return z[key]
 
 
 def ensure_datasets(runs: list[dict], prompts_dir: str, stale_before: float | None = None) -> dict:
@@ -134,15 +147,6 @@ def ensure_datasets(runs: list[dict], prompts_dir: str, stale_before: float | No
     return paths
 
 
-def read_dataset(path: str) -> dict:
-    try:
-        with np.load(path) as z:
-            return {k: z[k] for k in z.files}
-    except Exception as e:  # zipfile/ValueError/EOFError: all mean the same thing to the user
-        raise RuntimeError(f"prompt file {path} is unreadable ({type(e).__name__}: {e}); "
-                           "delete it and rerun to regenerate it") from None
-
-
 class Dataset:
     """A prompt file whose arrays are read when asked for, one at a time: a model that reads
     only labels and feature indices (softmax_q's count form) never loads the tokens, the largest
@@ -150,7 +154,8 @@ class Dataset:
 
     def __init__(self, path: str):
         self.path = path
-        self.keys = set(self._read(lambda z: z.files))
+        files = set(self._read(lambda z: z.files))
+        self.keys = files | {k[:-5] + "_x" for k in files if k.endswith("_feat") and "features" in files}
 
     def _read(self, what):
         try:
@@ -161,7 +166,13 @@ class Dataset:
                                "delete it and rerun to regenerate it") from None
 
     def __getitem__(self, key: str) -> np.ndarray:
-        return self._read(lambda z: z[key])
+        return self._read(lambda z: with_tokens(z, key))
+
+
+def read_dataset(path: str) -> dict:
+    """Every array of a prompt file, tokens included."""
+    ds = Dataset(path)
+    return {k: ds[k] for k in sorted(ds.keys)}
 
 
 def read_datasets(runs: list[dict], paths: dict) -> dict:

@@ -29,26 +29,32 @@ def _seg_cost(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return cost
 
 
-def segment(x: np.ndarray, y: np.ndarray, k: int, min_len: int = 3):
-    """Best split of (x, y) into k contiguous segments: (rss, list of start indices of segments 2..k)."""
+def segments(x: np.ndarray, y: np.ndarray, max_k: int, min_len: int = 3) -> dict:
+    """Best split of (x, y) into k contiguous segments, for every k up to max_k, from one
+    dynamic programme: {k: (rss, list of start indices of segments 2..k)}."""
     n = len(x)
     cost = _seg_cost(x, y)
     idx = np.arange(n + 1)
-    too_short = (idx[None, :] - idx[:, None]) < min_len
-    cost = np.where(too_short, np.inf, cost)
-    best = np.full((k + 1, n + 1), np.inf)
-    arg = np.zeros((k + 1, n + 1), dtype=int)
+    cost = np.where((idx[None, :] - idx[:, None]) < min_len, np.inf, cost)
+    best = np.full((max_k + 1, n + 1), np.inf)
+    arg = np.zeros((max_k + 1, n + 1), dtype=int)
     best[0, 0] = 0.0
-    for s in range(1, k + 1):
-        tot = best[s - 1][:, None] + cost                      # (start, end)
-        arg[s] = tot.argmin(0)
-        best[s] = tot.min(0)
-    cuts, end = [], n
-    for s in range(k, 0, -1):
-        start = arg[s, end]
-        cuts.append(start)
-        end = start
-    return best[k, n], sorted(cuts)[1:]
+    out = {}
+    for k in range(1, max_k + 1):
+        tot = best[k - 1][:, None] + cost                      # (start, end)
+        arg[k] = tot.argmin(0)
+        best[k] = tot.min(0)
+        cuts, end = [], n
+        for s in range(k, 0, -1):
+            end = arg[s, end]
+            cuts.append(end)
+        out[k] = (best[k, n], sorted(cuts)[1:])
+    return out
+
+
+def segment(x: np.ndarray, y: np.ndarray, k: int, min_len: int = 3):
+    """Best split of (x, y) into k contiguous segments: (rss, list of start indices of segments 2..k)."""
+    return segments(x, y, k, min_len)[k]
 
 
 def phases(epochs, loss, max_phases: int = 4, tol: float = 0.05, min_len: int = 3, max_points: int = 400):
@@ -71,10 +77,8 @@ def phases(epochs, loss, max_phases: int = 4, tol: float = 0.05, min_len: int = 
         return 1, []
     x, y = np.log1p(epochs), np.log(loss)
     best_bic, best = np.inf, (1, [])
-    for k in range(1, max_phases + 1):
-        if k * min_len > n:
-            break
-        rss, cuts = segment(x, y, k, min_len)
+    fits = segments(x, y, min(max_phases, n // min_len), min_len)
+    for k, (rss, cuts) in fits.items():
         sigma2 = max(rss / n, tol * tol)
         bic = n * np.log(sigma2) + (3 * k - 1) * np.log(n)
         if bic < best_bic - 1e-9:

@@ -103,6 +103,14 @@ def first_epoch_below(ratio: np.ndarray, epochs: np.ndarray, x: float) -> pd.arr
     return pd.array(np.where(first >= 0, first, None), dtype="Int64")
 
 
+def take_text(values, index: np.ndarray):
+    """values[index] as a string column, built in Arrow: no Python string per row (a 720-run
+    sweep logged every epoch has 6 M rows of run ids)."""
+    arr = pa.DictionaryArray.from_arrays(pa.array(np.asarray(index, dtype=np.int32)),
+                                         pa.array(np.asarray(values, dtype=str), type=pa.large_string()))
+    return pd.array(arr.cast(pa.large_string()), dtype="str")
+
+
 def shard_tables(sh: dict) -> dict[str, pd.DataFrame]:
     """curves / attention / matrices / summary rows of one shard's arrays."""
     rid, ep = sh["run_id"].astype(str), sh["epoch"]
@@ -112,14 +120,14 @@ def shard_tables(sh: dict) -> dict[str, pd.DataFrame]:
         if metric not in sh or (metric == "attn_own" and sh["attn"].shape[-1] == 0) or np.isnan(sh[metric]).all():
             continue
         vals = sh[metric]
-        curves.append(pd.DataFrame({"run_id": np.repeat(rid, E), "epoch": np.tile(ep, R),
-                                    "metric": metric, "value": vals.ravel()}))
+        curves.append(pd.DataFrame({"run_id": take_text(rid, np.repeat(np.arange(R), E)), "epoch": np.tile(ep, R),
+                                    "metric": take_text([metric], np.zeros(R * E)), "value": vals.ravel()}))
     out = {"curves": pd.concat(curves, ignore_index=True)}
     K = sh["attn"].shape[-1]
     # attn[r, e, k, j]: key feature k, query feature j
     grid_r, grid_e, grid_k, grid_j = np.meshgrid(np.arange(R), np.arange(E), np.arange(K), np.arange(K), indexing="ij")
     out["attention"] = pd.DataFrame({
-        "run_id": rid[grid_r.ravel()], "epoch": ep[grid_e.ravel()],
+        "run_id": take_text(rid, grid_r.ravel()), "epoch": ep[grid_e.ravel()],
         "query_feature": grid_j.ravel(), "key_feature": grid_k.ravel(), "attn": sh["attn"].ravel()})
     mats = []
     for name in ("q_features", "effective"):
@@ -128,7 +136,8 @@ def shard_tables(sh: dict) -> dict[str, pd.DataFrame]:
             continue
         a, b = arr.shape[-2:]
         gr, ge, gi, gj = np.meshgrid(np.arange(R), np.arange(E), np.arange(a), np.arange(b), indexing="ij")
-        mats.append(pd.DataFrame({"run_id": rid[gr.ravel()], "epoch": ep[ge.ravel()], "name": name,
+        mats.append(pd.DataFrame({"run_id": take_text(rid, gr.ravel()), "epoch": ep[ge.ravel()],
+                                  "name": take_text([name], np.zeros(gr.size)),
                                   "i": gi.ravel(), "j": gj.ravel(), "value": arr.ravel()}))
     out["matrices"] = pd.concat(mats, ignore_index=True) if mats else pd.DataFrame(
         {"run_id": pd.Series(dtype="string"), "epoch": pd.Series(dtype="int64"), "name": pd.Series(dtype="string"),

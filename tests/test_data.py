@@ -100,3 +100,23 @@ def test_training_jobs_write_missing_prompt_files_once(tiny_raw, tmp_path):
     assert all(os.path.getmtime(p) > first[d] for d, p in paths.items())
     np.testing.assert_array_equal(read_dataset(paths[r0["data_id"]])["train_x"], ds["train_x"])
     assert not [p for p in os.listdir(tmp_path / "p") if ".tmp" in p]
+
+
+def test_noiseless_discrete_files_rebuild_their_tokens_exactly(tmp_path):
+    """Files of noiseless discrete tokens hold the feature indices, not the tokens; reading them
+    gives back the tokens make_dataset made, bit for bit. Noisy tokens are stored as they are."""
+    import zipfile
+
+    from icl.data import Dataset, read_dataset, write_dataset
+    spec = {"tokens": {"kind": "discrete", "d": 6, "K": 3, "delta": 2.0, "noise": 0.0, "features": "random"},
+            "task": {"kind": "cosine", "L": 1.0, "c": 0.5}, "prompts": {"N": 9, "train": 5, "test": 7}, "seed": 3}
+    for noise, stored in ((0.0, False), (0.2, True)):
+        spec["tokens"]["noise"] = noise
+        path = str(tmp_path / f"{noise}.npz")
+        write_dataset(spec, path)
+        assert ("train_x.npy" in zipfile.ZipFile(path).namelist()) == stored
+        made, read = make_dataset(spec), read_dataset(path)
+        assert set(read) == set(made)
+        for k in made:
+            np.testing.assert_array_equal(read[k], made[k], err_msg=k)
+            np.testing.assert_array_equal(Dataset(path)[k], made[k], err_msg=k)
