@@ -39,11 +39,12 @@ def read_provenance(path: str) -> dict:
     return json.loads(md[b"icl"]) if b"icl" in md else {}
 
 
-def read_parquet(path: str) -> pd.DataFrame:
+def read_parquet(path: str, **kw) -> pd.DataFrame:
+    """A table, or an error that names the file and what to do; `kw` go to pandas (columns, filters)."""
     if not os.path.exists(path):
         raise RuntimeError(f"table {path} not found; run snakemake to build it (is the path right?)")
     try:
-        return pd.read_parquet(path)
+        return pd.read_parquet(path, **kw)
     except Exception as e:
         raise RuntimeError(f"table {path} is unreadable ({type(e).__name__}: {e}); delete it and rerun "
                            "snakemake to rebuild it") from None

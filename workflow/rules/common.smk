@@ -32,6 +32,13 @@ def shard_names(exp):
     return sorted(shards(PLANS[exp]))
 
 
+def train_threads(exp):
+    """2 threads for an experiment of one shard; 1 where there are several: a training job starts
+    in 1-2 s and softmax_q's count form trains 180 runs x 400 epochs in about as long, so two
+    one-thread jobs side by side do more than one job with two threads (benchmarks/README.md)."""
+    return 2 if len(shard_names(exp)) == 1 else 1
+
+
 def shard_mem_mb(exp, shard):
     from icl.plan import run_bytes
     members = [r for r in PLANS[exp] if r.shard == shard]

@@ -10,7 +10,7 @@ rule train:
         code="results/{exp}/stamps/code.json",
     output:
         "results/{exp}/shards/{shard}.npz",
-    threads: 2
+    threads: lambda w: train_threads(w.exp),
     resources:
         mem_mb=lambda w: shard_mem_mb(w.exp, w.shard),
     benchmark:
