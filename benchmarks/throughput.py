@@ -188,9 +188,9 @@ def loop_train(model_key, runs, paths, epochs):
     return curves
 
 
-def ensemble_train(runs, paths, epochs, device):
+def ensemble_train(runs, paths, epochs, device, log_every=1):
     for r in runs:
-        r["spec"]["train"] = {**r["spec"]["train"], "epochs": epochs, "log_every": 1}
+        r["spec"]["train"] = {**r["spec"]["train"], "epochs": epochs, "log_every": log_every}
     with tempfile.TemporaryDirectory() as t:
         return train_shard(runs, paths, os.path.join(t, "s.npz"), device=device, label="bench")
 
@@ -259,7 +259,7 @@ def one(args) -> None:
     if args.path == "loop":
         loop_train(args.model, runs, paths, args.epochs)
     else:
-        ensemble_train(runs, paths, args.epochs, args.device)
+        ensemble_train(runs, paths, args.epochs, args.device, args.log_every)
         if args.device == "cuda":
             torch.cuda.synchronize()
     secs = time.perf_counter() - t
@@ -271,6 +271,7 @@ def one(args) -> None:
 
 def child(model, path, seeds, args, threads, device, part=None):
     cmd = [sys.executable, __file__, "--one", "--model", model, "--seeds", str(seeds), "--epochs", str(args.epochs),
+           "--log-every", str(getattr(args, "log_every", 1)),
            "--threads", str(threads), "--device", device, "--path", path, "--data", args.data]
     if part is not None:
         cmd += ["--part", str(part)]
@@ -299,6 +300,9 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=30, help="S: seeds per value of L (6 S runs)")
     p.add_argument("--epochs", type=int, default=400, help="epochs per run, as in a real run")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the ensemble trains")
+    p.add_argument("--log-every", type=int, default=1,
+                   help="the ensemble logs train and test loss, attention and matrices every this many epochs "
+                        "(the loop records its train loss every epoch either way)")
     p.add_argument("--loop-runs", type=int, default=12,
                    help="the loop is timed on this many runs (split over its two processes) and its rate "
                         "per run used for the 6 S runs: a loop's time is linear in runs")
@@ -312,7 +316,8 @@ def main() -> None:
         return one(args)
     torch.set_num_threads(2)
     gflops, gbps = matmul_gflops(args.device), copy_gbps(args.device)
-    print(f"ensemble on {args.device}, 2 threads; loop: 2 processes x 1 thread; {args.epochs} epochs; "
+    print(f"ensemble on {args.device}, 2 threads, logging every {args.log_every} epochs; loop: 2 processes x 1 thread; "
+          f"{args.epochs} epochs; "
           f"measured ceilings: matmul {gflops:.1f} GFLOP/s, copy {gbps:.1f} GB/s")
     print(f"{'model':<15} {'runs':>5} {'path':<9} {'model-epochs/s':>15} {'ratio':>7} {'GFLOP/s':>8} "
           f"{'% FLOP peak':>11} {'peak RSS MB':>12}")

@@ -166,6 +166,21 @@ class Model:
         """Per-run tensors a model's diagnostics need from the run specs (the LSA's target)."""
         return {}
 
+    def _features(self, x, y):
+        """self.token_features(x, y), remembered for the last two inputs: full-batch training and
+        the evaluations pass the same tensors every epoch, so the copy is made once, not per step.
+        The cache holds the input tensors themselves and matches by identity and version, so a
+        new tensor that happens to reuse freed memory is never mistaken for an old one."""
+        cache = self.__dict__.setdefault("_feature_cache", [])
+        for cx, cy, vx, vy, e in cache:
+            if cx is x and cy is y and vx == x._version and vy == y._version:
+                return e
+        e = self.token_features(x, y)
+        cache.append((x, y, x._version, y._version, e))
+        if len(cache) > 2:
+            cache.pop(0)
+        return e
+
 
 class SoftmaxQ(Model):
     """LDL eq. (6): y_hat = sum_i y_i softmax_i(x_i^T Q x_q); only Q is trained, from zero.
@@ -332,21 +347,6 @@ class TransformerBlock(Model):
         yin[:, :, -1] = 0.0
         return torch.cat([x, yin.unsqueeze(-1), torch.ones_like(yin).unsqueeze(-1)], dim=-1)
 
-    def _features(self, x, y):
-        """token_features, remembered for the last two inputs: full-batch training and the
-        evaluations pass the same tensors every epoch, so the copy is made once, not per step.
-        The cache holds the input tensors themselves and matches by identity and version, so a
-        new tensor that happens to reuse freed memory is never mistaken for an old one."""
-        cache = self.__dict__.setdefault("_feature_cache", [])
-        for cx, cy, vx, vy, e in cache:
-            if cx is x and cy is y and vx == x._version and vy == y._version:
-                return e
-        e = self.token_features(x, y)
-        cache.append((x, y, x._version, y._version, e))
-        if len(cache) > 2:
-            cache.pop(0)
-        return e
-
     def forward(self, params, x, y):
         p = params
         e = self._features(x, y)
@@ -408,9 +408,15 @@ class LSA(Model):
         return {"W_pv": torch.tensor(np.stack(pv), dtype=dtype, device=device),
                 "W_kq": torch.tensor(np.stack(kq), dtype=dtype, device=device)}
 
-    def forward(self, params, x, y):
+    @staticmethod
+    def token_features(x, y):
+        """The prompt matrix's columns e_t = [x_t; y_t], the query's label hidden: (R, B, T, d + 1)."""
         e = torch.cat([x, y.unsqueeze(-1)], dim=-1)
-        e[:, :, -1, -1] = 0.0                                           # the query's label is hidden
+        e[:, :, -1, -1] = 0.0
+        return e
+
+    def forward(self, params, x, y):
+        e = self._features(x, y)
         eq = e[:, :, -1]                                                # (R, B, D)
         v = torch.einsum("rij,rbj->rbi", params["W_kq"], eq)
         a = torch.einsum("rbtd,rbd->rbt", e, v)                         # e_t . W^KQ e_q over all columns

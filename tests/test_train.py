@@ -52,23 +52,32 @@ def test_attention_map_columns_sum_to_one(tiny_plan):
     np.testing.assert_allclose(out["attn_own"], np.diagonal(attn, axis1=2, axis2=3).mean(-1), rtol=1e-6)
 
 
-def test_q_features_formula(tiny_plan):
-    """q_features[i, j] = v_j^T Q v_i, checked against the parameters after a short run."""
+def _replay_gd(r, paths):
+    """softmax_q retrained by hand with plain GD on the token form: the loss before each step
+    (epochs 0..E) and Q after the last step."""
     import torch
     from icl.data import read_dataset
     from icl.models import SoftmaxQ
-    recs, paths, tmp = tiny_plan
-    r = _members(recs, "softmax_q")[0]
-    out = train_shard([r], paths, str(tmp / "q.npz"))
     ds = read_dataset(paths[r["data_id"]])
-    # retrain by hand with plain GD to get Q at the last epoch
     m = SoftmaxQ({}, 6)
     p = m.init([0], ["sq"], "cpu")
     x, y = torch.from_numpy(ds["train_x"])[None], torch.from_numpy(ds["train_y"])[None]
+    losses = []
     for _ in range(r["spec"]["train"]["epochs"]):
-        _, g = m.loss_and_grads(p, x, y)
+        loss, g = m.loss_and_grads(p, x, y)
+        losses.append(loss.item())
         p["Q"] = p["Q"] - r["spec"]["model"]["lr"] * g["Q"]
-    V, Q = ds["features"], p["Q"][0].numpy()
+    losses.append(m.loss_and_grads(p, x, y)[0].item())
+    return np.asarray(losses), p["Q"][0].numpy(), ds
+
+
+def test_q_features_formula(tiny_plan):
+    """q_features[i, j] = v_j^T Q v_i, checked against the parameters after a short run."""
+    recs, paths, tmp = tiny_plan
+    r = _members(recs, "softmax_q")[0]
+    out = train_shard([r], paths, str(tmp / "q.npz"))
+    _, Q, ds = _replay_gd(r, paths)
+    V = ds["features"]
     expect = np.array([[V[j] @ Q @ V[i] for j in range(3)] for i in range(3)])
     np.testing.assert_allclose(out["q_features"][0, -1], expect, rtol=1e-4, atol=1e-6)
 
@@ -144,19 +153,8 @@ def test_feature_count_training_equals_token_training(tiny_plan, monkeypatch):
 def test_logged_train_loss_is_the_loss_before_each_step(tiny_plan):
     """The train loss and attention come from the training step's own forward: they must equal
     a separate forward at the logged epoch's parameters (here: replayed by hand with plain GD)."""
-    import torch
-    from icl.data import read_dataset
-    from icl.models import SoftmaxQ
     recs, paths, tmp = tiny_plan
     r = _members(recs, "softmax_q")[0]
     out = train_shard([r], paths, str(tmp / "l.npz"))
-    ds = read_dataset(paths[r["data_id"]])
-    m = SoftmaxQ({}, 6)
-    p = m.init([0], ["sq"], "cpu")
-    x, y = torch.from_numpy(ds["train_x"])[None], torch.from_numpy(ds["train_y"])[None]
-    expect = []
-    for epoch in range(r["spec"]["train"]["epochs"] + 1):
-        loss, g = m.loss_and_grads(p, x, y)
-        expect.append(loss.item())
-        p["Q"] = p["Q"] - r["spec"]["model"]["lr"] * g["Q"]
-    np.testing.assert_allclose(out["train_loss"][0], np.asarray(expect)[out["epoch"]], rtol=1e-5)
+    expect, _, _ = _replay_gd(r, paths)
+    np.testing.assert_allclose(out["train_loss"][0], expect[out["epoch"]], rtol=1e-5)

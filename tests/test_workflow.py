@@ -149,3 +149,33 @@ def test_shape_group_of_several_shards_runs_to_the_report(tmp_path):
     assert (tmp_path / "reports/tiny.html").stat().st_size > 10_000
     timing = subprocess.run([sys.executable, "-m", "icl", "timing"], cwd=tmp_path, capture_output=True, text=True)
     assert timing.returncode == 0 and "train" in timing.stdout and "s of job time" in timing.stdout
+
+
+def test_notebook_entry_point(finished, tmp_path):
+    """icl.load: the tables with each run's parameters joined, so a groupby needs no merge."""
+    import shutil
+
+    import icl
+    exp = icl.load(str(finished / "results/tiny"))
+    assert len(exp.runs) == 8 and len(exp.summary) == 8
+    assert {"model", "L", "seed", "final_train_loss"} <= set(exp.summary.columns)
+    assert not [c for c in exp.summary.columns if c.endswith(("_x", "_y"))]
+    tl = exp.curves("train_loss")
+    assert set(tl["metric"]) == {"train_loss"} and len(tl) == 8 * 5
+    med = tl.groupby(["model", "L", "epoch"])["value"].median()
+    runs = pd.read_parquet(finished / "results/tiny/runs.parquet")
+    raw = pd.read_parquet(finished / "results/tiny/curves.parquet").merge(runs, on="run_id")
+    expect = raw[raw["metric"] == "train_loss"].groupby(["model", "L", "epoch"])["value"].median()
+    pd.testing.assert_series_equal(med, expect)
+    assert tl["L"].dtype == runs["L"].dtype and tl["seed"].dtype == runs["seed"].dtype
+    assert list(exp.verdicts.columns[:3]) == ["claim_id", "model", "group"]
+    assert {"attn", "model", "L"} <= set(exp.table("attention").columns)
+    with pytest.raises(ValueError, match=r"no curve 'trainloss' .*curves.parquet; it has: attn_entropy, .*train_loss"):
+        exp.curves("trainloss")
+    with pytest.raises(FileNotFoundError, match=r"no results directory .*nowhere.*run snakemake"):
+        icl.load(str(tmp_path / "nowhere"))
+    part = tmp_path / "part"
+    part.mkdir()
+    shutil.copy(finished / "results/tiny/runs.parquet", part)
+    with pytest.raises(RuntimeError, match=r"table .*part/summary.parquet not found; run snakemake"):
+        icl.load(str(part)).summary
