@@ -11,7 +11,26 @@ from icl import fits
 from icl.figures import png
 from icl.theory import ldl
 
-HOLDS, FAILS, UNSURE, NOT_HERE = "holds", "does not hold", "inconclusive", "not measured here"
+HOLDS, FAILS, UNSURE, NOT_HERE = "holds", "does not hold", "inconclusive", "not testable"
+
+
+def scale_identity(df: pd.DataFrame) -> str | None:
+    """Why L cannot change the outcome for these runs, or None where it can.
+
+    softmax_q predicts ŷ = Σ aᵢyᵢ, linear in the labels, and a task whose labels scale with L on
+    the same draws (the cosine at one frequency c, the polynomial, the linear task) gives
+    Loss(Q; L) = L²·Loss(Q; 1) exactly: GD at (η, L) traces GD at (ηL², 1), and Adam, blind to
+    the loss's scale, traces one relative curve for every L (tests/test_symmetry.py). Then the
+    L-dependence of times, phases and step sizes is decided by this identity, not by the data."""
+    if df.empty or not (df["model_kind"] == "softmax_q").all():
+        return None
+    kinds = set(df["task_kind"])
+    if not (kinds <= {"polynomial", "linear"} or (kinds == {"cosine"} and df["c"].nunique() == 1)):
+        return None
+    how = "GD at (η, L) is GD at (ηL², 1)" if (df["optimizer"] == "gd").all() else \
+        "Adam traces the same relative curve for every L"
+    return (f"softmax_q is linear in the labels and this task scales them by L, so the loss at L is L² times "
+            f"the loss at L = 1: {how}; the identity decides this claim, not the data")
 
 
 def _runs(tabs):
@@ -178,6 +197,14 @@ def verdicts(tabs, model) -> list[dict]:
         add("attention concentrates on tokens near the query", "mass on the nearest 10% of tokens → 1",
             f"final attn_knn: median {np.nanmedian(knn):.3f} over {len(knn)} runs",
             HOLDS if np.nanmedian(knn) >= 0.9 else (FAILS if np.nanmedian(knn) < 0.3 else UNSURE))
+    identity = scale_identity(df)
+
+    def decided(claim, pred):
+        """The claim's row when the scale identity decides it; True if it did."""
+        if identity:
+            add(claim, pred, identity, NOT_HERE)
+        return bool(identity)
+
     # 2. number of phases by regime
     meas, ok = [], []
     for reg, pred in (("flat", 2), ("sharp", 3)):
@@ -186,13 +213,16 @@ def verdicts(tabs, model) -> list[dict]:
             frac = (g["n_phases"] == pred).mean()
             meas.append(f"{reg}: median {g['n_phases'].median():.0f} phases, {frac:.0%} of {len(g)} runs have {pred}")
             ok.append(frac >= 0.5)
-    add("two phases in the flat regime, three in the sharp", "flat: 2, sharp: 3",
-        "; ".join(meas) or "no regime assigned (continuous tokens)",
-        NOT_HERE if not ok else (HOLDS if all(ok) else (FAILS if not any(ok) else UNSURE)))
+    if not decided("two phases in the flat regime, three in the sharp", "flat: 2, sharp: 3"):
+        add("two phases in the flat regime, three in the sharp", "flat: 2, sharp: 3",
+            "; ".join(meas) or "no regime assigned (continuous tokens)",
+            NOT_HERE if not ok else (HOLDS if all(ok) else (FAILS if not any(ok) else UNSURE)))
     # 3. T ∝ 1/L² at fixed η
     sl = tabs["slopes"]
     sl = sl[(sl["model"] == model) & (sl["threshold"] == "t_rel_1e-2") & sl["slope"].notna()]
-    if len(sl):
+    if decided("T ∝ 1/L² at fixed η", "slope −2"):
+        pass
+    elif len(sl):
         parts, hits = [], []
         for r in sl.itertuples():
             # the theory's exponent: -2 (flat); in the sharp regime the log(KLΔ/ε) factor moves it
@@ -212,7 +242,9 @@ def verdicts(tabs, model) -> list[dict]:
     # 4. flat converges faster at high accuracy: t_rel_1e-3 / t_rel_1e-1 smaller in the flat regime
     ratio = (df["t_rel_1e-3"].astype(float) / df["t_rel_1e-1"].astype(float)).replace([np.inf], np.nan)
     rf, rs = ratio[df["regime"] == "flat"].dropna(), ratio[df["regime"] == "sharp"].dropna()
-    if len(rf) and len(rs):
+    if decided("flat converges faster at high accuracy", "t(1e-3)/t(1e-1) smaller in the flat regime"):
+        pass
+    elif len(rf) and len(rs):
         add("flat converges faster at high accuracy", "t(1e-3)/t(1e-1) smaller in the flat regime (log(1/ε) vs 1/ε)",
             f"median t(1e-3)/t(1e-1): flat {rf.median():.2f} ({len(rf)} runs), sharp {rs.median():.2f} ({len(rs)} runs)",
             HOLDS if rf.median() < rs.median() else FAILS)
@@ -221,7 +253,9 @@ def verdicts(tabs, model) -> list[dict]:
             "not enough runs of both regimes reached 1e-3 of their initial loss", UNSURE)
     # 5. a transition at L*
     f, s = df[df["regime"] == "flat"]["n_phases"], df[df["regime"] == "sharp"]["n_phases"]
-    if len(f) and len(s):
+    if decided("a transition at L* = 1/(Δδ)", "more phases above L* than below"):
+        pass
+    elif len(f) and len(s):
         diff = s.mean() - f.mean()
         add("a transition at L* = 1/(Δδ)", "more phases above L* than below",
             f"mean n_phases: {f.mean():.2f} below L*, {s.mean():.2f} above (difference {diff:+.2f})",
@@ -240,7 +274,9 @@ def verdicts(tabs, model) -> list[dict]:
         rho = g["L"].rank().corr(g["max_stable_lr"].rank())     # Spearman
         rhos.append(rho)
         parts.append(f"Spearman correlation of largest stable lr with L: {_fmt(rho, 2)} over {len(g)} values of L{tag}")
-    if not groups:
+    if decided("the flat regime tolerates larger steps", "largest stable lr decreases with L"):
+        pass
+    elif not groups:
         add("the flat regime tolerates larger steps", "largest stable lr decreases with L",
             "this experiment does not sweep the learning rate (see ldl_stability)", NOT_HERE)
     else:

@@ -54,3 +54,24 @@ def test_adam_relative_curves_do_not_depend_on_L(tmp_path):
     np.testing.assert_allclose(rel[0], rel[1], rtol=2e-3)
     np.testing.assert_allclose(rel[2], rel[1], rtol=2e-3)
     assert rel[1][-1] < 0.7
+
+
+def _runs(model_kind="softmax_q", task="cosine", cs=(0.5, 0.5), optimizer="gd"):
+    import pandas as pd
+    return pd.DataFrame({"model_kind": model_kind, "task_kind": task, "c": list(cs), "optimizer": optimizer,
+                         "L": [0.2, 2.0]})
+
+
+@pytest.mark.parametrize("kwargs,decided", [
+    ({}, "GD at (η, L) is GD at (ηL², 1)"),
+    ({"optimizer": "adam"}, "Adam traces the same relative curve for every L"),
+    ({"task": "polynomial", "cs": (None, None)}, "GD at (η, L)"),
+    ({"cs": (0.5, 5.0)}, None),                          # frequency moves with L: the shape changes
+    ({"model_kind": "transformer_block"}, None),         # not linear in the labels
+])
+def test_scale_identity_decides_only_where_it_holds(kwargs, decided):
+    from icl.report_ldl import scale_identity
+    reason = scale_identity(_runs(**kwargs))
+    assert (reason is None) == (decided is None)
+    if decided:
+        assert decided in reason and "the identity decides this claim" in reason

@@ -179,3 +179,23 @@ def test_notebook_entry_point(finished, tmp_path):
     shutil.copy(finished / "results/tiny/runs.parquet", part)
     with pytest.raises(RuntimeError, match=r"table .*part/summary.parquet not found; run snakemake"):
         icl.load(str(part)).summary
+
+
+def test_L_claims_of_softmax_q_read_not_testable(finished):
+    """On the tiny sweep (softmax_q by GD, cosine at one c) the claims about L are decided by the
+    scale identity: `not testable`, with the reason; the block's and a shape-changing task's are not."""
+    from icl import report_ldl
+    tabs = {k: pd.read_parquet(finished / f"results/tiny/{k}.parquet")
+            for k in ("runs", "summary", "theory", "slopes", "stability")}
+    L_claims = ("T ∝ 1/L² at fixed η", "a transition at L* = 1/(Δδ)", "the flat regime tolerates larger steps",
+                "two phases in the flat regime, three in the sharp", "flat converges faster at high accuracy")
+    rows = {r["claim"]: r for r in report_ldl.verdicts(tabs, "sq")}
+    for claim in L_claims:
+        assert rows[claim]["verdict"] == "not testable", claim
+        assert "GD at (η, L) is GD at (ηL², 1)" in rows[claim]["measurement"], claim
+    assert "linear in the labels" not in rows["attention on the query's feature → 1"]["measurement"]
+    for name, t in (("blk", tabs), ("sq", {**tabs, "runs": tabs["runs"].assign(c=tabs["runs"]["L"])})):
+        rows = {r["claim"]: r for r in report_ldl.verdicts(t, name)}
+        assert not any("linear in the labels" in rows[c]["measurement"] for c in L_claims), name
+    html = (finished / "reports/tiny.html").read_text()
+    assert 'class="v-not-testable"' in html and "the identity decides this claim" in html

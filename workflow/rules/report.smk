@@ -1,10 +1,27 @@
+import mimetypes
+
+# `snakemake --report report.zip` (after a run): one category per experiment with its HTML report
+# and its small tables; runs, slopes and stability are flagged here, as inputs, as their own rules
+# live elsewhere. index.html stays out: its links to the reports do not resolve inside the zip.
+report: "../report/workflow.rst"
+
+mimetypes.add_type("application/vnd.apache.parquet", ".parquet")   # else listed as text/plain
+
+
 rule report:
     input:
         plan="results/{exp}/plan.json",
-        tables=expand("results/{{exp}}/{t}.parquet", t=["runs", "curves", "attention", "matrices", "summary",
-                                                      "theory", "theory_curves", "slopes", "stability", "shift"]),
+        tables=expand("results/{{exp}}/{t}.parquet", t=["curves", "attention", "matrices", "summary",
+                                                      "theory", "theory_curves", "shift"]),
+        runs=report("results/{exp}/runs.parquet", caption="../report/runs.rst", category="{exp}",
+                    subcategory="tables", labels={"table": "runs"}),
+        slopes=report("results/{exp}/slopes.parquet", caption="../report/slopes.rst", category="{exp}",
+                      subcategory="tables", labels={"table": "slopes"}),
+        stability=report("results/{exp}/stability.parquet", caption="../report/stability.rst",
+                         category="{exp}", subcategory="tables", labels={"table": "stability"}),
     output:
-        "reports/{exp}.html",
+        report("reports/{exp}.html", caption="../report/experiment.rst", category="{exp}",
+               subcategory="report", labels={"file": "{exp}.html"}),
     params:
         code=code_trigger(),
     benchmark:
