@@ -134,7 +134,7 @@ def cmd_report(args) -> None:
 
 def cmd_index(args) -> None:
     from icl.report import render_index
-    render_index(_json_arg("--experiments", args.experiments), args.out)
+    render_index(_json_arg("--experiments", args.experiments), args.results, args.out)
 
 
 def cmd_timing(args) -> None:
@@ -203,6 +203,7 @@ def main(argv=None) -> None:
     s.set_defaults(fn=cmd_report)
     s = sub.add_parser("index", help="render reports/index.html")
     s.add_argument("--experiments", required=True, help="JSON mapping name -> experiment")
+    s.add_argument("--results", default="results", help="where results/<experiment>/ are")
     s.add_argument("--out", required=True)
     s.set_defaults(fn=cmd_index)
     s = sub.add_parser("timing", help="where the time went: Snakemake benchmark files summed by step")

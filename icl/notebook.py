@@ -16,8 +16,7 @@ import pandas as pd
 
 from icl.tables import read_parquet
 
-VERDICT_COLUMNS = ["claim_id", "model", "group", "claim", "prediction", "measurement", "value", "ci_lo", "ci_hi",
-                   "verdict", "reason"]
+VERDICT_COLUMNS = ["experiment", "model", "claim", "prediction", "measurement", "verdict"]   # report.verdict_table
 
 
 class Experiment:

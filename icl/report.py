@@ -6,6 +6,7 @@ seeds drawn as a band around the median.
 """
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import json
 import os
@@ -25,8 +26,8 @@ from icl import report_ldl, report_zfb  # noqa: E402
 from icl.figures import png  # noqa: E402
 from icl.files import atomic_path  # noqa: E402
 from icl.timing import summary_line, timing_table  # noqa: E402
-from icl.provenance import code_hash, code_version, package_versions  # noqa: E402
-from icl.tables import read_parquet  # noqa: E402
+from icl.provenance import code_hash, code_version, package_versions, stamp  # noqa: E402
+from icl.tables import read_parquet, write_parquet  # noqa: E402
 from icl.theory.ldl import L_star  # noqa: E402
 
 TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
@@ -195,7 +196,27 @@ def attention_summary_figure(curves, runs) -> str:
     return png(fig)
 
 
+VERDICTS = ("holds", "does not hold", "inconclusive", "not testable")
+
+
+def verdict_table(experiment: str, sections: list[dict], zfb: dict | None) -> pd.DataFrame:
+    """The report's verdict rows as data: one row per claim x model (ZFB's claims: model 'all')."""
+    rows = [{"model": s["name"], **v} for s in sections for v in s["verdicts"]]
+    rows += [{"model": "all", **v} for v in (zfb or {}).get("verdicts", [])]
+    df = pd.DataFrame(rows, columns=["model", "claim", "prediction", "measurement", "verdict"])
+    df = df[df["verdict"].isin(VERDICTS)]           # not the note on excluded runs
+    return df.assign(experiment=experiment)[["experiment", "model", "claim", "prediction", "measurement", "verdict"]]
+
+
+def key_figure(sections: list[dict], zfb: dict | None) -> str | None:
+    """The figure the index shows for an experiment: ZFB's error under shift, else the first loss figure."""
+    figs = (zfb or {}).get("figures") or [f for s in sections for f in s["figures"]]
+    return figs[0] if figs else None
+
+
 def render(experiment: str, exp: dict, results_dir: str, out_path: str) -> None:
+    """reports/<experiment>.html, and for the index results/<experiment>/verdicts.parquet and
+    thumbnail.png (the key figure)."""
     tabs = {k: read_parquet(os.path.join(results_dir, f"{k}.parquet"))
             for k in ("runs", "curves", "attention", "summary", "theory", "theory_curves", "slopes",
                       "stability", "shift")}
@@ -235,13 +256,33 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str) -> None:
         timing=tim.to_html(index=False, float_format=lambda v: f"{v:.2f}", classes="tbl") if len(tim) else "",
         timing_line=summary_line(tim),
         generated=dt.datetime.now().isoformat(timespec="seconds"))
+    write_parquet(verdict_table(experiment, sections, zfb), os.path.join(results_dir, "verdicts.parquet"),
+                  stamp(str(runs["config_hash"].iloc[0])))
+    thumb = key_figure(sections, zfb)
+    with atomic_path(os.path.join(results_dir, "thumbnail.png")) as tmp, open(tmp, "wb") as fh:
+        fh.write(base64.b64decode(thumb) if thumb else b"")
     _write(out_path, html)
 
 
-def render_index(experiments: dict, out_path: str) -> None:
+def index_entry(name: str, description: str, results_dir: str) -> dict:
+    """What the index says of one experiment: verdict counts, runs, training time, device, key figure."""
+    verdicts = read_parquet(os.path.join(results_dir, "verdicts.parquet"))
+    summary = read_parquet(os.path.join(results_dir, "summary.parquet"))
+    with open(os.path.join(results_dir, "thumbnail.png"), "rb") as fh:
+        thumb = base64.b64encode(fh.read()).decode()
+    counts = verdicts["verdict"].value_counts()
+    return {"name": name, "description": description, "runs": len(summary),
+            "counts": [(v, int(counts.get(v, 0))) for v in VERDICTS],
+            "train_seconds": float(summary["train_seconds"].sum()),
+            "devices": ", ".join(sorted(set(summary["device"].astype(str)))), "thumbnail": thumb}
+
+
+def render_index(experiments: dict, results: str, out_path: str) -> None:
+    """reports/index.html: per experiment what was found (verdict counts), its key figure, its size
+    and where it ran, and the link to its report."""
+    entries = [index_entry(n, e.get("description", ""), os.path.join(results, n)) for n, e in experiments.items()]
     html = TEMPLATES.get_template("index.html.j2").render(
-        experiments=[{"name": n, "description": e.get("description", "")} for n, e in experiments.items()],
-        version=code_version(), generated=dt.datetime.now().isoformat(timespec="seconds"))
+        experiments=entries, version=code_version(), generated=dt.datetime.now().isoformat(timespec="seconds"))
     _write(out_path, html)
 
 

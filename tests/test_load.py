@@ -68,11 +68,10 @@ def test_curves_one_metric_with_parameters(results):
 
 
 def test_verdicts_empty_or_read(results):
-    cols = ["claim_id", "model", "group", "claim", "prediction", "measurement", "value", "ci_lo", "ci_hi",
-            "verdict", "reason"]
+    cols = ["experiment", "model", "claim", "prediction", "measurement", "verdict"]
     v = icl.load(str(results)).verdicts
     assert list(v.columns) == cols and v.empty
-    row = pd.DataFrame([["c1", "sq", "", "claim", "p", "m", 1.0, 0.5, 1.5, "holds", ""]], columns=cols)
+    row = pd.DataFrame([["exp", "sq", "claim", "p", "m", "holds"]], columns=cols)
     write_parquet(row, str(results / "verdicts.parquet"))
     assert icl.load(str(results)).verdicts["verdict"].tolist() == ["holds"]
 

@@ -1,4 +1,5 @@
 """End to end: snakemake on a tiny config in a temporary directory; tables and report read back."""
+import base64
 import re
 import subprocess
 import sys
@@ -72,6 +73,20 @@ def test_report_is_self_contained(finished):
     assert "Provenance" in html and "torch" in html and "Configuration" in html
     index = (finished / "reports" / "index.html").read_text()
     assert 'href="tiny.html"' in index
+
+
+def test_index_tells_what_was_found(finished):
+    """The landing page counts each experiment's verdicts from its verdict table, shows its key
+    figure, its runs, training time and device."""
+    index = (finished / "reports" / "index.html").read_text()
+    v = pd.read_parquet(finished / "results/tiny/verdicts.parquet")
+    for verdict in ("holds", "does not hold", "inconclusive", "not testable"):
+        n = int((v["verdict"] == verdict).sum())
+        assert f'<span class="badge v-{verdict.replace(" ", "-")}">{n} {verdict}</span>' in index, verdict
+    assert (v["verdict"] == "not testable").sum() >= 5              # the softmax_q claims the identity decides
+    assert 'alt="key figure of tiny"' in index and "8 runs; training" in index and " on cpu" in index
+    thumb = (finished / "results/tiny/thumbnail.png").read_bytes()
+    assert thumb.startswith(b"\x89PNG") and base64.b64encode(thumb).decode() in index
 
 
 def test_every_rule_logged(finished):
@@ -168,7 +183,10 @@ def test_notebook_entry_point(finished, tmp_path):
     expect = raw[raw["metric"] == "train_loss"].groupby(["model", "L", "epoch"])["value"].median()
     pd.testing.assert_series_equal(med, expect)
     assert tl["L"].dtype == runs["L"].dtype and tl["seed"].dtype == runs["seed"].dtype
-    assert list(exp.verdicts.columns[:3]) == ["claim_id", "model", "group"]
+    v = exp.verdicts                           # written by the report job: one row per claim x model
+    assert list(v.columns) == ["experiment", "model", "claim", "prediction", "measurement", "verdict"]
+    assert set(v["model"]) == {"sq", "blk"} and set(v["verdict"]) <= {"holds", "does not hold", "inconclusive",
+                                                                       "not testable"}
     assert {"attn", "model", "L"} <= set(exp.table("attention").columns)
     with pytest.raises(ValueError, match=r"no curve 'trainloss' .*curves.parquet; it has: attn_entropy, .*train_loss"):
         exp.curves("trainloss")

@@ -20,8 +20,10 @@ rule report:
         stability=report("results/{exp}/stability.parquet", caption="../report/stability.rst",
                          category="{exp}", subcategory="tables", labels={"table": "stability"}),
     output:
-        report("reports/{exp}.html", caption="../report/experiment.rst", category="{exp}",
-               subcategory="report", labels={"file": "{exp}.html"}),
+        html=report("reports/{exp}.html", caption="../report/experiment.rst", category="{exp}",
+                    subcategory="report", labels={"file": "{exp}.html"}),
+        verdicts="results/{exp}/verdicts.parquet",      # the verdict rows as data (icl.load: exp.verdicts)
+        thumbnail="results/{exp}/thumbnail.png",        # the key figure, for the index
     params:
         code=code_trigger(),
     benchmark:
@@ -29,12 +31,14 @@ rule report:
     log:
         "logs/{exp}/report.log",
     shell:
-        "OMP_NUM_THREADS={threads} {PY} -m icl report --plan {input.plan} --results results/{wildcards.exp} --out {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} {PY} -m icl report --plan {input.plan} --results results/{wildcards.exp} --out {output.html} 2> {log}"
 
 
+# The landing page: per experiment its verdict counts, key figure, runs, training time and device.
 rule index:
     input:
         expand("reports/{exp}.html", exp=EXPERIMENTS),
+        expand("results/{exp}/{f}", exp=EXPERIMENTS, f=["verdicts.parquet", "thumbnail.png", "summary.parquet"]),
     output:
         "reports/index.html",
     params:
@@ -43,4 +47,4 @@ rule index:
     log:
         "logs/index.log",
     shell:
-        "OMP_NUM_THREADS={threads} {PY} -m icl index --experiments {params.experiments} --out {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} {PY} -m icl index --experiments {params.experiments} --results results --out {output} 2> {log}"
