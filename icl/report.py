@@ -38,8 +38,10 @@ def _band(ax, df: pd.DataFrame, x: str, y: str, label: str, color, log: bool) ->
     """Median over seeds with a min-max band."""
     g = df.groupby(x)[y]
     med, lo, hi = g.median(), g.min(), g.max()
-    ax.plot(med.index, med.values, color=color, label=label, lw=1.6)
+    ax.plot(med.index, med.values, color=color, label=label, lw=1.6, gid=f"{label} median")
     ax.fill_between(med.index, lo.values, hi.values, color=color, alpha=0.2, lw=0)
+    for edge, what in ((lo, "min"), (hi, "max")):        # invisible: they carry the band into the figure's CSV
+        ax.plot(edge.index, edge.values, alpha=0, gid=f"{label} {what}")
     if log:
         ax.set_yscale("log")
 

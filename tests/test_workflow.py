@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -217,3 +218,26 @@ def test_L_claims_of_softmax_q_read_not_testable(finished):
         assert not any("linear in the labels" in rows[c]["measurement"] for c in L_claims), name
     html = (finished / "reports/tiny.html").read_text()
     assert 'class="v-not-testable"' in html and "the identity decides this claim" in html
+
+
+def test_every_figure_carries_the_numbers_it_draws(finished):
+    """Under every figure a link holds its drawn rows as CSV, embedded; for the loss figure they
+    are the medians and min-max band of the train loss over seeds, recomputed here."""
+    import io
+    html = (finished / "reports" / "tiny.html").read_text()
+    n_img = len(re.findall(r'<img alt="[^"]*" src="data:image/png', html))
+    links = re.findall(r'<a class="data" download="(tiny-[^"]+\.csv)" href="data:text/csv;base64,([^"]+)"', html)
+    assert n_img >= 6 and len(links) == n_img
+    assert len({name for name, _ in links}) == len(links)                 # one file name per figure
+    data = {name: pd.read_csv(io.StringIO(base64.b64decode(b).decode())) for name, b in links}
+    loss = data["tiny-sq-1.csv"]                                           # (a) loss, flat set of softmax_q
+    runs = pd.read_parquet(finished / "results/tiny/runs.parquet")
+    curves = pd.read_parquet(finished / "results/tiny/curves.parquet").merge(runs, on="run_id")
+    L = float(loss["series"].str.extract(r"L=([\d.]+) median")[0].dropna().iloc[0])
+    tl = curves[(curves["model"] == "sq") & (curves["L"] == L) & (curves["metric"] == "train_loss")]
+    for stat, how in (("median", "median"), ("min", "min"), ("max", "max")):
+        got = loss[loss["series"] == f"L={L:g} {stat}"].set_index("x")["y"]
+        expect = tl.groupby("epoch")["value"].agg(how)
+        np.testing.assert_allclose(got.to_numpy(), expect.loc[got.index].to_numpy(), rtol=1e-5)
+    maps = next(d for name, d in data.items() if "-maps-" in name)          # attention maps: K x K per panel
+    assert set(maps["series"]) == {"image"} and maps.groupby("panel").size().eq(9).all()
