@@ -152,7 +152,7 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
         flat, sharp = [], []
         how = "loss by training prompt length N (the task has no Lipschitz constant L)"
         figs.append(loss_figure(curves, r, sorted(r["N"].unique().tolist()), "loss over training", by="N", test=True))
-    if not len(attn):
+    if not len(attn) and curves["metric"].isin(["attn_entropy", "attn_knn"]).any():   # the LSA has no attention
         figs.append(attention_summary_figure(curves, r))
     maps = []
     if len(attn):
@@ -240,6 +240,8 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str) -> None:
     cols = ["model", "L", "seed", "lr", "loss0", "final_train_loss", "final_test_loss", "attn_own_final",
             "t_rel_1e-1", "t_rel_1e-2", "t_rel_1e-3", "diverged"]
     summ = summ[cols].sort_values(["model", "L", "seed"])
+    # nullable columns print <NA> whatever na_rep says: as float64 they print "—" and format as numbers
+    summ = summ.apply(lambda c: c.astype("float64") if isinstance(c.dtype, (pd.Int64Dtype, pd.Float64Dtype)) else c)
     trained = tabs["summary"].groupby(["code_version", "code_hash"]).size().reset_index()
     versions = [f"{v} (source {h}, {n} runs)" for v, h, n in trained.itertuples(index=False)]
     stale = sorted(set(trained["code_hash"]) - {code_hash()})
