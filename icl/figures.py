@@ -11,6 +11,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+QUALITATIVE = sns.color_palette("colorblind")   # for unordered things (models, features, baselines)
+
+
+def palette(values) -> dict:
+    """One colour per value, the same in every figure of a report when every figure is given the
+    experiment's whole set of values (all L, or all N): viridis, ordered and colour-blind safe."""
+    vals = sorted({float(v) for v in values if pd.notna(v)})
+    return dict(zip(vals, sns.color_palette("viridis", len(vals))))
 
 
 class Figure(str):
@@ -21,7 +31,7 @@ class Figure(str):
 
 def drawn_rows(fig) -> pd.DataFrame:
     """Every line, image and scatter of every panel as rows, read from the figure itself, so the
-    CSV holds exactly what is drawn. A line's series is its legend label, or its gid (set by the
+    CSV holds exactly what is drawn (a line's colour too). A line's series is its legend label, or its gid (set by the
     drawing code for unlabelled lines such as a band's edges)."""
     parts = []
     for n, ax in enumerate(fig.axes):
@@ -33,7 +43,8 @@ def drawn_rows(fig) -> pd.DataFrame:
                 continue                                   # a legend entry only
             label = line.get_gid() or line.get_label()
             series = f"line {k + 1}" if label.startswith("_") else label
-            parts.append(pd.DataFrame({**meta, "series": series, "x": x, "y": y}))
+            parts.append(pd.DataFrame({**meta, "series": series, "x": x, "y": y,
+                                       "colour": matplotlib.colors.to_hex(line.get_color())}))
         for im in ax.get_images():
             a = np.asarray(im.get_array(), dtype=float)
             i, j = np.indices(a.shape)
@@ -47,7 +58,7 @@ def drawn_rows(fig) -> pd.DataFrame:
                                        else "points", "x": offsets[:, 0], "y": offsets[:, 1],
                                        **({"value": np.asarray(values, float)} if values is not None
                                           and len(values) == len(offsets) else {})}))
-    cols = ["panel", "series", "x", "y", "value", "x_label", "y_label"]
+    cols = ["panel", "series", "x", "y", "value", "colour", "x_label", "y_label"]
     return pd.concat(parts, ignore_index=True).reindex(columns=cols) if parts else pd.DataFrame(columns=cols)
 
 

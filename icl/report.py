@@ -23,7 +23,7 @@ import yaml  # noqa: E402
 from jinja2 import Environment, FileSystemLoader, select_autoescape  # noqa: E402
 
 from icl import report_ldl, report_zfb  # noqa: E402
-from icl.figures import png  # noqa: E402
+from icl.figures import QUALITATIVE, palette, png  # noqa: E402
 from icl.files import atomic_path  # noqa: E402
 from icl.timing import summary_line, timing_table  # noqa: E402
 from icl.provenance import code_hash, code_version, package_versions, stamp  # noqa: E402
@@ -46,14 +46,16 @@ def _band(ax, df: pd.DataFrame, x: str, y: str, label: str, color, log: bool) ->
         ax.set_yscale("log")
 
 
-def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test: bool = False) -> str | None:
+def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test: bool = False,
+                colours: dict | None = None) -> str | None:
     """Train loss per L (or per another run column, `by`), median and min-max band over seeds;
-    the mean-field curve dashed; with `test`, the test loss on fresh prompts dotted."""
+    the mean-field curve dashed; with `test`, the test loss on fresh prompts dotted. `colours`:
+    the report's colour of each value (figures.palette), so an L looks the same everywhere."""
     if not Ls:
         return None
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
-    pal = sns.color_palette("viridis", len(Ls))
-    for color, L in zip(pal, Ls):
+    colours = colours or palette(Ls)
+    for color, L in ((colours[float(L)], L) for L in Ls):
         ids = runs.loc[runs[by] == L, "run_id"]
         df = curves[curves["run_id"].isin(ids) & (curves["metric"] == "train_loss")]
         df = df[df["value"] > 0]
@@ -82,7 +84,7 @@ def attention_scores_figure(attn, runs, L, K, tag: str = "") -> str:
     ids = runs.loc[runs["L"] == L, "run_id"]
     df = attn[attn["run_id"].isin(ids) & (attn["query_feature"] == 0)]
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
-    pal = sns.color_palette("tab10", K)
+    pal = QUALITATIVE
     for k in range(K):
         lab = "Attn₁ (own)" if k == 0 else f"Attn_{{{k + 1},1}}"
         _band(ax, df[df["key_feature"] == k], "epoch", "attn", lab, pal[k], log=False)
@@ -145,15 +147,17 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
     th = tables["theory_curves"]
     if r["L"].notna().any():
         flat, sharp, thr, how = split_L(r, exp)
-        fa = loss_figure(curves, r, flat, "(a) loss, flat set", th)
-        fb = loss_figure(curves, r, sharp, "(b) loss, sharp set", th)
+        colours = palette(tables["runs"]["L"])           # every L of the experiment: one colour each
+        fa = loss_figure(curves, r, flat, "(a) loss, flat set", th, colours=colours)
+        fb = loss_figure(curves, r, sharp, "(b) loss, sharp set", th, colours=colours)
         figs += [f for f in (fa, fb) if f]
     else:                      # tasks without a Lipschitz constant (linear): one figure, by prompt length
         flat, sharp = [], []
         how = "loss by training prompt length N (the task has no Lipschitz constant L)"
-        figs.append(loss_figure(curves, r, sorted(r["N"].unique().tolist()), "loss over training", by="N", test=True))
+        figs.append(loss_figure(curves, r, sorted(r["N"].unique().tolist()), "loss over training", by="N", test=True,
+                                colours=palette(tables["runs"]["N"])))
     if not len(attn) and curves["metric"].isin(["attn_entropy", "attn_knn"]).any():   # the LSA has no attention
-        figs.append(attention_summary_figure(curves, r))
+        figs.append(attention_summary_figure(curves, r, palette(tables["runs"]["L"])))
     maps = []
     if len(attn):
         epochs_all = sorted(attn["epoch"].unique().tolist())
@@ -180,14 +184,13 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
             "verdicts": report_ldl.verdicts(tables, name), "mean_field": report_ldl.mean_field_check(tables, name)}
 
 
-def attention_summary_figure(curves, runs) -> str:
+def attention_summary_figure(curves, runs, colours: dict) -> str:
     """For continuous tokens: attention entropy and the mass on the nearest 10% of tokens."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
     Ls = sorted(runs["L"].dropna().unique()) or [None]
-    pal = sns.color_palette("viridis", len(Ls))
     for ax, metric, lab in ((axes[0], "attn_entropy", "attention entropy (nats)"),
                             (axes[1], "attn_knn", "mass on the nearest 10% of tokens")):
-        for color, L in zip(pal, Ls):
+        for color, L in ((QUALITATIVE[0] if L is None else colours[float(L)], L) for L in Ls):
             ids = runs["run_id"] if L is None else runs.loc[runs["L"] == L, "run_id"]
             df = curves[curves["run_id"].isin(ids) & (curves["metric"] == metric)]
             _band(ax, df, "epoch", "value", "all" if L is None else f"L={L:g}", color, log=False)

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import seaborn as sns
 
 from icl import fits
-from icl.figures import png
+from icl.figures import QUALITATIVE, palette, png
 from icl.theory import ldl
 
 HOLDS, FAILS, UNSURE, NOT_HERE = "holds", "does not hold", "inconclusive", "not testable"
@@ -51,11 +51,12 @@ def collapse_figure(tabs, model) -> str | None:
     cur["tau"] = cur["epoch"] * cur["clock_per_epoch"]
     cur["rel"] = cur["value"] / cur["loss0"]
     regimes = [r for r in ("flat", "sharp") if (cur["regime"] == r).any()]
+    colours = palette(tabs["runs"]["L"])
     fig, axes = plt.subplots(1, len(regimes), figsize=(5.2 * len(regimes), 3.6), squeeze=False)
     for ax, reg in zip(axes[0], regimes):
         sub = cur[cur["regime"] == reg]
         Ls = sorted(sub["L"].unique())
-        for color, L in zip(sns.color_palette("viridis", len(Ls)), Ls):
+        for color, L in ((colours[float(L)], L) for L in Ls):
             med = sub[sub["L"] == L].groupby("tau")["rel"].median()
             ax.plot(med.index, med.values, color=color, label=f"L={L:g}")
         ax.set_xscale("log")
@@ -108,7 +109,7 @@ def stability_figure(tabs, model) -> str | None:
     if st.empty or st["lrs_tried"].max() < 2:
         return None
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
-    for (group, g), color in zip(st.groupby("group", sort=True), sns.color_palette("tab10")):
+    for (group, g), color in zip(st.groupby("group", sort=True), QUALITATIVE):
         tag = f" ({group})" if group else ""
         ax.plot(g["L"], g["max_stable_lr"], "o-", color=color,
                 label=f"largest lr with no seed diverged or above loss₀{tag}")

@@ -7,7 +7,7 @@ import pandas as pd
 import matplotlib.pyplot as plt
 import seaborn as sns
 
-from icl.figures import png
+from icl.figures import QUALITATIVE, palette, png
 from icl.report_ldl import FAILS, HOLDS, NOT_HERE, UNSURE
 
 SOURCE_NOTES = [
@@ -32,11 +32,11 @@ def _cell(df, kind, c):
 def error_vs_length_figure(shift: pd.DataFrame) -> str:
     """MSE against test length M, one panel per shift; LSA per training N, its limit dashed."""
     cells = _cells(shift)
-    ncol = min(4, len(cells))
+    ncol = min(2, len(cells))      # two panels a row: legible at the page's width, without zooming
     nrow = -(-len(cells) // ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.3 * nrow), squeeze=False)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(5.2 * ncol, 3.4 * nrow), squeeze=False)
     Ns = sorted(shift["N"].dropna().unique())
-    pal = dict(zip(Ns, sns.color_palette("viridis", len(Ns))))
+    pal = palette(Ns)
     for ax, (kind, c) in zip(axes.ravel(), cells):
         d = _cell(shift, kind, c)
         for N in Ns:
@@ -46,12 +46,12 @@ def error_vs_length_figure(shift: pd.DataFrame) -> str:
                     ax.plot(g.index, g.values, ls, color=pal[N], label=f"{lab}, N={N}")
         others = d[~d["predictor"].isin(["ols", "ridge"])]["mse"]
         floor = others[others > 0].min() / 3 if (others > 0).any() else 1e-12
-        for pred, color in (("ols", "k"), ("nadaraya_watson", "C1")):
+        for pred, color in (("ols", "k"), ("nadaraya_watson", QUALITATIVE[1])):
             g = d[d["predictor"] == pred].groupby("M")["mse"].median()
             if len(g):
                 ax.plot(g.index, g.values.clip(floor), ":", color=color,
                         label=pred + (" (exact for M ≥ d: drawn at the axis floor)" if pred == "ols" else ""))
-        for pred, color in (("block", "C3"), ("softmax_q", "C4")):
+        for pred, color in (("block", QUALITATIVE[3]), ("softmax_q", QUALITATIVE[4])):
             g = d[(d["predictor"] == pred) & (d["N"] == (Ns[-1] if Ns else None))].groupby("M")["mse"].median()
             if len(g):
                 ax.plot(g.index, g.values, "-.", color=color, label=f"{pred}, N={Ns[-1]}")
@@ -60,13 +60,17 @@ def error_vs_length_figure(shift: pd.DataFrame) -> str:
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_ylim(bottom=floor)
-        ax.set_xlabel("test length M (vertical lines: training N)", fontsize=8)
-        ax.set_ylabel("MSE")
-        ax.set_title(f"{kind}" + ("" if pd.isna(c) else f", c={c:g}"), fontsize=9)
+        ax.set_xlabel("test length M (vertical lines: training N)", fontsize=10)
+        ax.set_ylabel("MSE", fontsize=10)
+        ax.set_title(f"{kind}" + ("" if pd.isna(c) else f", c={c:g}"), fontsize=11)
     for ax in axes.ravel()[len(cells):]:
         ax.axis("off")
-    axes[0, 0].legend(fontsize=6)
-    fig.tight_layout()
+    handles = {}                   # one legend for the whole grid, every series once
+    for ax in axes.ravel():
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    fig.tight_layout(rect=(0, 0.9 / (3.4 * nrow + 0.9), 1, 1))
+    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=3, fontsize=9, frameon=False)
     return png(fig)
 
 
@@ -102,7 +106,8 @@ def matrix_figure(tabs) -> str | None:
         sns.heatmap(m, ax=ax, cmap="RdBu_r", vmin=-vmax, vmax=vmax, annot=d <= 6, fmt=".2f", square=True, cbar=False)
         ax.set_title(title, fontsize=9)
     cur = tabs["curves"][(tabs["curves"]["metric"] == "dist_target")].merge(runs[["run_id", "N"]], on="run_id")
-    for N, color in zip(sorted(cur["N"].unique()), sns.color_palette("viridis", cur["N"].nunique())):
+    colours = palette(runs["N"])
+    for N, color in ((N, colours[float(N)]) for N in sorted(cur["N"].unique())):
         g = cur[cur["N"] == N].groupby("epoch")["value"]
         axes[2].plot(g.median().index, g.median().values, color=color, label=f"N={N}")
     axes[2].set_yscale("log")
@@ -124,7 +129,8 @@ def slope_figure(shift: pd.DataFrame) -> str | None:
     d = d[d["M"] == Mmax]
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
     Ns = sorted(d["N"].dropna().unique())
-    for N, color in zip(Ns, sns.color_palette("viridis", len(Ns))):
+    colours = palette(Ns)
+    for N, color in ((N, colours[float(N)]) for N in Ns):
         g = d[(d["predictor"] == "lsa") & (d["N"] == N)]
         ax.scatter(g["c"] ** 2, g["slope"], color=color, s=16, label=f"trained LSA, N={N}")
         t = d[(d["predictor"] == "lsa_limit") & (d["N"] == N)].groupby("c")["theory_slope"].first()

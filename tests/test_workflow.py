@@ -241,3 +241,18 @@ def test_every_figure_carries_the_numbers_it_draws(finished):
         np.testing.assert_allclose(got.to_numpy(), expect.loc[got.index].to_numpy(), rtol=1e-5)
     maps = next(d for name, d in data.items() if "-maps-" in name)          # attention maps: K x K per panel
     assert set(maps["series"]) == {"image"} and maps.groupby("panel").size().eq(9).all()
+
+
+def test_an_L_has_one_colour_in_every_figure(finished):
+    """The same L is drawn in the same colour in every figure of a report (viridis over all the
+    experiment's L), read from the colours the figures' CSVs record."""
+    import io
+    html = (finished / "reports" / "tiny.html").read_text()
+    rows = pd.concat([pd.read_csv(io.StringIO(base64.b64decode(b).decode())).assign(figure=name) for name, b in
+                      re.findall(r'download="(tiny-[^"]+\.csv)" href="data:text/csv;base64,([^"]+)"', html)])
+    lines = rows[rows["series"].astype(str).str.match(r"L=[\d.]+( median)?$")].copy()
+    lines["L"] = lines["series"].str.extract(r"L=([\d.]+)")[0].astype(float)
+    assert lines["figure"].nunique() >= 3 and set(lines["L"]) == {0.2, 1.5}
+    per_L = lines.groupby("L")["colour"].unique()
+    assert per_L.map(len).eq(1).all(), per_L
+    assert per_L.loc[0.2][0] != per_L.loc[1.5][0]
