@@ -6,7 +6,6 @@ and the test prompts carry task functions never seen in training.
 """
 from __future__ import annotations
 
-
 import os
 
 import numpy as np

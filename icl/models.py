@@ -5,9 +5,10 @@ target and is never shown to the model. Every model computes only what the loss 
 prediction at the query position and the query's attention over the N context tokens.
 
 The training loop talks to a model through four calls: `prepare` (prompts into the form the
-model reads, a Batch), `step` (loss, gradients and what the forward saw), `loss` and
-`diagnostics` (what the model logs about itself: attention, its matrices). So the loop has no
-branch on the model's kind, and a new model touches this file and the schema.
+model reads, a Batch), `step` (loss, gradients and what the forward saw), `loss` (the same
+without gradients) and `diagnostics` (what the model logs about itself: attention, its
+matrices). So the loop has no branch on the model's kind, and a new model touches this file
+and the schema.
 """
 from __future__ import annotations
 
@@ -142,9 +143,10 @@ class Model:
         """loss (R,), gradients, and what the forward saw (its attention), from one forward."""
         return self._step(params, batch["x"], batch["y"])
 
-    def loss(self, params, batch: Batch) -> torch.Tensor:
-        pred, _ = self.predict(params, batch)
-        return 0.5 * ((pred - batch["target"]) ** 2).mean(1)
+    def loss(self, params, batch: Batch):
+        """loss (R,) and what the forward saw, without gradients."""
+        pred, seen = self.predict(params, batch)
+        return 0.5 * ((pred - batch["target"]) ** 2).mean(1), seen
 
     def diagnostics(self, params, batch: Batch, seen) -> dict:
         return token_attention_logs(seen, batch, self.K) if self.has_attention else {}

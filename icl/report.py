@@ -18,7 +18,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
 import yaml  # noqa: E402
 from jinja2 import Environment, FileSystemLoader, select_autoescape  # noqa: E402
 
@@ -201,7 +200,7 @@ def attention_summary_figure(curves, runs, colours: dict) -> str:
     return png(fig)
 
 
-VERDICTS = ("holds", "does not hold", "inconclusive", "not testable")
+VERDICTS = (report_ldl.HOLDS, report_ldl.FAILS, report_ldl.UNSURE, report_ldl.NOT_HERE)
 
 
 def verdict_table(experiment: str, sections: list[dict], zfb: dict | None) -> pd.DataFrame:

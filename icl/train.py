@@ -146,9 +146,8 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
         forward that the step itself makes (full batch), the test loss from one more."""
         with torch.no_grad():
             if seen is None:
-                train_loss = model.loss(params, train)
-                seen = model.predict(params, train)[1]
-            values = {"train_loss": train_loss, "test_loss": model.loss(params, test),
+                train_loss, seen = model.loss(params, train)
+            values = {"train_loss": train_loss, "test_loss": model.loss(params, test)[0],
                       **model.diagnostics(params, train, seen)}
         active.copy_(torch.as_tensor(logs.record(p, values), device=dev))
 
