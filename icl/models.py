@@ -111,6 +111,33 @@ def token_attention_logs(a, batch: Batch, K) -> dict:
     return attention_logs(mass, batch["query"], ent, knn, K)
 
 
+def count_batch(arrays, diagnose: bool, K: int) -> Batch:
+    """The count form of noiseless discrete prompts: per prompt the number n_k and label sum S_k
+    of its context tokens of each feature, and the query's feature; the tokens themselves are
+    never read. Every token of feature k in a prompt is the same (v_k, f(v_k)), so a model whose
+    context enters through a softmax over tokens sees a prompt exactly through (n, S)."""
+    feat, y, V = arrays("feat").long(), arrays("y"), arrays("features")
+    ctx = feat[:, :, :-1]
+    zeros = torch.zeros(*ctx.shape[:2], K, dtype=y.dtype, device=y.device)
+    n = zeros.scatter_add(2, ctx, torch.ones_like(y[:, :, :-1]))
+    query = torch.nn.functional.one_hot(feat[:, :, -1], K).to(y.dtype)
+    prompts = {"n": n, "S": zeros.scatter_add(2, ctx, y[:, :, :-1]), "absent": n == 0, "query": query,
+               "target": y[:, :, -1]}
+    if diagnose:   # how many of the query's nearest tokens carry each feature (attn_knn)
+        D = ((V.unsqueeze(1) - V.unsqueeze(2)) ** 2).sum(-1)                 # [r, j, k] = |v_k - v_j|^2
+        dist = torch.gather(torch.bmm(query, D), 2, ctx)                     # per token, as nearest_tokens
+        near = torch.gather(ctx, 2, nearest(dist, knn_count(ctx.shape[2])))
+        prompts["near"] = zeros.scatter_add(2, near, torch.ones_like(near, dtype=y.dtype))
+    return Batch(prompts, {"features": V})
+
+
+def count_attention_logs(w, batch: Batch, K: int) -> dict:
+    """attention_logs of the count form: w (R, B, K) the attention on one token of each feature."""
+    n = batch["n"]
+    ent = -(n * w * torch.log(w.clamp_min(1e-30))).sum(-1)
+    return attention_logs(n * w, batch["query"], ent, (batch["near"] * w).sum(-1), K)
+
+
 class Model:
     """What the training loop calls; the defaults read the token form."""
 
@@ -140,8 +167,14 @@ class Model:
         return self.forward(params, batch["x"], batch["y"])
 
     def step(self, params, batch: Batch):
-        """loss (R,), gradients, and what the forward saw (its attention), from one forward."""
-        return self._step(params, batch["x"], batch["y"])
+        """loss (R,), gradients, and what the forward saw (its attention), from one forward:
+        autograd through `predict` (the block, the LSA)."""
+        with torch.enable_grad():
+            leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+            pred, a = self.predict(leaves, batch)
+            loss = 0.5 * ((pred - batch["target"]) ** 2).mean(1)
+            grads = torch.autograd.grad(loss.sum(), list(leaves.values()))
+        return loss.detach(), dict(zip(leaves, grads)), None if a is None else a.detach()
 
     def loss(self, params, batch: Batch):
         """loss (R,) and what the forward saw, without gradients."""
@@ -152,17 +185,9 @@ class Model:
         return token_attention_logs(seen, batch, self.K) if self.has_attention else {}
 
     def loss_and_grads(self, params, x, y):
-        loss, grads, _ = self._step(params, x, y)
+        """Loss and gradients on token-form prompts x, y (tests, benchmarks)."""
+        loss, grads, _ = self.step(params, Batch({"x": x, "y": y, "target": y[:, :, -1]}))
         return loss, grads
-
-    def _step(self, params, x, y):
-        """Autograd through forward (the block, the LSA)."""
-        with torch.enable_grad():
-            leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
-            pred, a = self.forward(leaves, x, y)
-            loss = 0.5 * ((pred - y[:, :, -1]) ** 2).mean(1)
-            grads = torch.autograd.grad(loss.sum(), list(leaves.values()))
-        return loss.detach(), dict(zip(leaves, grads)), None if a is None else a.detach()
 
     def extras(self, specs: list[dict], device) -> dict:
         """Per-run tensors a model's diagnostics need from the run specs (the LSA's target)."""
@@ -213,7 +238,8 @@ class SoftmaxQ(Model):
         pred = (a * y[:, :, :-1]).sum(-1)
         return pred, a
 
-    def _step(self, params, x, y):
+    def _token_step(self, params, x, y):
+        """The analytic gradient on the token form."""
         pred, a = self.forward(params, x, y)
         err = pred - y[:, :, -1]                                     # (R, B)
         loss = 0.5 * (err ** 2).mean(1)
@@ -228,23 +254,7 @@ class SoftmaxQ(Model):
         return {**super().log_shapes(), **({"q_features": (self.K, self.K)} if self.K else {})}
 
     def prepare(self, arrays, diagnose: bool = True) -> Batch:
-        """The count form: per prompt the number n_k and label sum S_k of its context tokens of
-        each feature, and the query's feature; the tokens themselves are never read."""
-        if not self.by_feature:
-            return super().prepare(arrays, diagnose)
-        feat, y, V, K = arrays("feat").long(), arrays("y"), arrays("features"), self.K
-        ctx = feat[:, :, :-1]
-        zeros = torch.zeros(*ctx.shape[:2], K, dtype=y.dtype, device=y.device)
-        n = zeros.scatter_add(2, ctx, torch.ones_like(y[:, :, :-1]))
-        query = torch.nn.functional.one_hot(feat[:, :, -1], K).to(y.dtype)
-        prompts = {"n": n, "S": zeros.scatter_add(2, ctx, y[:, :, :-1]), "absent": n == 0, "query": query,
-                   "target": y[:, :, -1]}
-        if diagnose:   # how many of the query's nearest tokens carry each feature (attn_knn)
-            D = ((V.unsqueeze(1) - V.unsqueeze(2)) ** 2).sum(-1)                 # [r, j, k] = |v_k - v_j|^2
-            dist = torch.gather(torch.bmm(query, D), 2, ctx)                     # per token, as nearest_tokens
-            near = torch.gather(ctx, 2, nearest(dist, knn_count(ctx.shape[2])))
-            prompts["near"] = zeros.scatter_add(2, near, torch.ones_like(near, dtype=y.dtype))
-        return Batch(prompts, {"features": V})
+        return count_batch(arrays, diagnose, self.K) if self.by_feature else super().prepare(arrays, diagnose)
 
     def _feature_weights(self, params, b: Batch):
         """Attention on one token of each feature (R, B, K), 0 for features absent from a prompt."""
@@ -262,7 +272,7 @@ class SoftmaxQ(Model):
 
     def step(self, params, batch: Batch):
         if "x" in batch:
-            return super().step(params, batch)
+            return self._token_step(params, batch["x"], batch["y"])
         pred, w = self.predict(params, batch)
         err = pred - batch["target"]
         n, S, V = batch["n"], batch["S"], batch["features"]
@@ -272,12 +282,7 @@ class SoftmaxQ(Model):
         return 0.5 * (err ** 2).mean(1), {"Q": grad}, w
 
     def diagnostics(self, params, batch: Batch, seen) -> dict:
-        if "x" in batch:
-            out = token_attention_logs(seen, batch, self.K)
-        else:
-            n, w = batch["n"], seen
-            ent = -(n * w * torch.log(w.clamp_min(1e-30))).sum(-1)
-            out = attention_logs(n * w, batch["query"], ent, (batch["near"] * w).sum(-1), self.K)
+        out = token_attention_logs(seen, batch, self.K) if "x" in batch else count_attention_logs(seen, batch, self.K)
         if self.K:
             # q_features[i, j] = v_j^T Q v_i (LDL §5.1: q_{k,k'} = v_k'^T Q v_k)
             V = batch["features"]
@@ -312,6 +317,32 @@ class TransformerBlock(Model):
         super().__init__(spec, tokens)
         self.w = spec["width"]
         self.f = spec["width"] * spec.get("ffn_mult", 4)
+        self.by_feature = bool(self.K) and not self.tokens.get("noise")
+
+    def prepare(self, arrays, diagnose: bool = True) -> Batch:
+        """Noiseless discrete prompts as K distinct context tokens (v_k and its label S_k/n_k)
+        plus the query, with log n_k added to the attention logits: the softmax over N tokens
+        then sums each feature's n_k equal terms, so the block is exact on K + 1 tokens a prompt
+        instead of N + 1 (tests/test_transformer_block.py checks it against the token form)."""
+        if not self.by_feature:
+            return super().prepare(arrays, diagnose)
+        b = count_batch(arrays, diagnose, self.K)
+        V, n = b["features"], b["n"]
+        R, B, K = n.shape
+        ctx = V.unsqueeze(1).expand(R, B, K, self.d)
+        labels = torch.where(n > 0, b["S"] / n.clamp_min(1), torch.zeros_like(n))
+        b.prompts.update(x=torch.cat([ctx, torch.bmm(b["query"], V).unsqueeze(2)], 2),
+                         y=torch.cat([labels, b["target"].unsqueeze(-1)], 2), log_n=torch.log(n))
+        return b
+
+    def predict(self, params, batch: Batch):
+        return self.forward(params, batch["x"], batch["y"], batch.prompts.get("log_n"))
+
+    def diagnostics(self, params, batch: Batch, seen) -> dict:
+        if "log_n" not in batch:
+            return super().diagnostics(params, batch, seen)
+        n = batch["n"]                       # seen: each feature's attention mass; per token: mass / n
+        return count_attention_logs(torch.where(n > 0, seen / n.clamp_min(1), torch.zeros_like(n)), batch, self.K)
 
     def shapes(self) -> dict:
         d, w, f = self.d, self.w, self.f
@@ -349,7 +380,9 @@ class TransformerBlock(Model):
         yin[:, :, -1] = 0.0
         return torch.cat([x, yin.unsqueeze(-1), torch.ones_like(yin).unsqueeze(-1)], dim=-1)
 
-    def forward(self, params, x, y):
+    def forward(self, params, x, y, log_n=None):
+        """Prediction at the query and its attention over the context; `log_n` (R, B, N), where
+        given, is added to the logits (the count form: token n stands for n_k equal tokens)."""
         p = params
         e = self._features(x, y)
         A = torch.cat([p["emb_x"], p["emb_y"].unsqueeze(1), p["emb_b"].unsqueeze(1)], dim=1)   # (R, d+2, W)
@@ -363,7 +396,8 @@ class TransformerBlock(Model):
         zq = torch.bmm(eq, At) * inv[:, :, -1:] * g1 + b1                       # LN(h_q): (R, B, W)
         u = torch.bmm(torch.bmm(zq, p["wq"]), p["wk"].transpose(1, 2)) / math.sqrt(self.w)
         r = torch.bmm(u * g1, At.transpose(1, 2))                               # A~ (g * u): (R, B, d+2)
-        a = torch.softmax(torch.einsum("rbne,rbe->rbn", ectx, r) * inv_ctx, dim=-1)
+        logits = torch.einsum("rbne,rbe->rbn", ectx, r) * inv_ctx
+        a = torch.softmax(logits if log_n is None else logits + log_n, dim=-1)
         m = torch.einsum("rbn,rbne->rbe", a * inv_ctx, ectx)
         c = torch.bmm(m, At) * g1 + b1                                          # sum_n a_n LN(h_n)
         hq = torch.bmm(eq, A) + torch.bmm(torch.bmm(c, p["wv"]), p["wo"])

@@ -68,3 +68,25 @@ def test_runs_are_independent():
     p2 = {k: v.clone() for k, v in p.items()}
     p2["wq"][0] += 1.0
     torch.testing.assert_close(m.forward(p, x, y)[0][1:], m.forward(p2, x, y)[0][1:])
+
+
+def test_feature_count_form_equals_token_form():
+    """On noiseless discrete tokens the block reads K + 1 tokens a prompt with log-count logits;
+    loss, every gradient and every attention summary equal the token form's (float64 rounding)."""
+    from test_softmax_q import _discrete
+    tokens, x, y, feat, V = _discrete("random", [0.55, 0.3, 0.1, 0.05])
+    counted = TransformerBlock({"width": 8, "ffn_mult": 2}, tokens)
+    as_tokens = TransformerBlock({"width": 8, "ffn_mult": 2}, {**tokens, "noise": 1e-300})
+    p = counted.init([3], ["b"], "cpu", torch.float64)
+    arrays = {"x": x, "y": y, "feat": feat, "features": V}.__getitem__
+    bc, bt = counted.prepare(arrays), as_tokens.prepare(arrays)
+    assert bc["x"].shape[2] == 5 and bt["x"].shape[2] == 24           # K + 1 against N + 1 tokens
+    lc, gc, sc = counted.step(p, bc)
+    lt, gt, st = as_tokens.step(p, bt)
+    torch.testing.assert_close(lc, lt, rtol=1e-12, atol=0)
+    for k in gt:
+        torch.testing.assert_close(gc[k], gt[k], rtol=1e-9, atol=1e-12, msg=k)
+    dc, dt = counted.diagnostics(p, bc, sc), as_tokens.diagnostics(p, bt, st)
+    assert set(dc) == set(dt) == {"attn", "attn_own", "attn_entropy", "attn_knn"}
+    for k in dc:
+        torch.testing.assert_close(dc[k], dt[k], rtol=1e-10, atol=1e-14, equal_nan=True, msg=k)
