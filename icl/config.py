@@ -113,9 +113,11 @@ def check_experiment(exp: dict, name: str | None = None) -> None:
                 raise ConfigError(f"{where}.tokens.probs: has {len(probs)} entries; must have K={tok['K']}")
             if not math.isclose(sum(probs), 1.0, abs_tol=1e-6):
                 raise ConfigError(f"{where}.tokens.probs: sums to {sum(probs):.6g}; must sum to 1")
-    if tok["kind"] == "gaussian" and isinstance(tok.get("covariance"), list):
-        if len(tok["covariance"]) != tok["d"]:
-            raise ConfigError(f"{where}.tokens.covariance: has {len(tok['covariance'])} eigenvalues; must have d={tok['d']}")
+    if tok["kind"] == "gaussian" and isinstance(tok.get("covariance"), (list, dict)):
+        cov = tok["covariance"]
+        lam, key = (cov, "covariance") if isinstance(cov, list) else (cov["eigenvalues"], "covariance.eigenvalues")
+        if len(lam) != tok["d"]:
+            raise ConfigError(f"{where}.tokens.{key}: has {len(lam)} eigenvalues; must have d={tok['d']}")
     names = [m["name"] for m in exp["models"]]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
@@ -127,29 +129,52 @@ def check_experiment(exp: dict, name: str | None = None) -> None:
         raise ConfigError(f"{where}.train.batch_size: {tr['batch_size']} is larger than prompts.train={exp['prompts']['train']}")
 
 
-def _sweep_values_ok(name: str, exp: dict) -> None:
-    """Each sweep key must name an existing setting, and each value must be valid there."""
-    from icl.plan import apply_override  # local: plan imports config
+def _zip_groups_ok(name: str, sweep: dict) -> None:
+    """Zipped lists move together, so they need one length; and each key is swept once."""
+    groups = sweep.get("zip") or []
+    seen = {k for k in sweep if k != "zip"}
+    for i, group in enumerate([groups] if isinstance(groups, dict) else groups):
+        where = f"experiments.{name}.sweep.zip" + (f".{i}" if isinstance(groups, list) else "")
+        lengths = {k: len(v) for k, v in group.items()}
+        if len(set(lengths.values())) > 1:
+            raise ConfigError(f"{where}: lists of different lengths ({', '.join(f'{k}: {n}' for k, n in lengths.items())}); "
+                              "zipped keys move together, one value of each per point, so their lists need equal lengths")
+        for k in group:
+            if k in seen:
+                raise ConfigError(f"{where}.{k}: swept twice (zipped and on its own, or in two zip groups); "
+                                  "sweep a key either alone or in one zip group")
+            seen.add(k)
 
-    for key, values in (exp.get("sweep") or {}).items():
-        if key.split(".")[0] == "evaluate":
-            raise ConfigError(f"experiments.{name}.sweep.{key}: the evaluate section cannot be swept; every "
-                              "trained run is evaluated at all evaluate.lengths and evaluate.shifts, so list the values there")
-        for value in values:
+
+def _sweep_values_ok(name: str, exp: dict) -> None:
+    """Each sweep key must name an existing setting, and each value (each point of a zip group,
+    its values set together) must be valid there."""
+    from icl.plan import apply_override, sweep_axes  # local: plan imports config
+
+    sweep = exp.get("sweep") or {}
+    _zip_groups_ok(name, sweep)
+    for keys, points in sweep_axes(exp):
+        zipped = keys[0] not in sweep
+        where = f"experiments.{name}.sweep" + (".zip" if zipped else "")
+        for key in keys:
+            if key.split(".")[0] == "evaluate":
+                raise ConfigError(f"{where}.{key}: the evaluate section cannot be swept; every trained run is "
+                                  "evaluated at all evaluate.lengths and evaluate.shifts, so list the values there")
+        for point in points:
             trial = copy.deepcopy(exp)
             trial.pop("sweep", None)
-            try:
-                apply_override(trial, key, value)
-            except KeyError as e:
-                raise ConfigError(f"experiments.{name}.sweep.{key}: {e.args[0]}") from None
+            for key, value in zip(keys, point):
+                try:
+                    apply_override(trial, key, value)
+                except KeyError as e:
+                    raise ConfigError(f"{where}.{key}: {e.args[0]}") from None
             try:
                 _schema_errors({"experiments": {name: trial}})
-            except ConfigError as e:
-                raise ConfigError(f"experiments.{name}.sweep.{key}: value {value!r} is invalid: {e}") from None
-            try:
                 check_experiment(_fill_defaults({"experiments": {name: trial}}, SCHEMA)["experiments"][name], name)
             except ConfigError as e:
-                raise ConfigError(f"experiments.{name}.sweep.{key}: value {value!r} is invalid: {e}") from None
+                what = ": the point " + ", ".join(f"{k}={v!r}" for k, v in zip(keys, point)) if zipped else \
+                    f".{keys[0]}: value {point[0]!r}"
+                raise ConfigError(f"{where}{what} is invalid: {e}") from None
 
 
 def validate(raw: dict) -> dict:

@@ -12,10 +12,12 @@ import numpy as np
 
 from icl.files import atomic_path
 from icl.plan import data_spec
+from icl.tasks import sample_labels   # each task family draws its own labels (icl/tasks.py)
 
 STREAM_FEATURES, STREAM_TRAIN, STREAM_TEST = 0, 1, 2
 STREAM_EVAL = 100_000        # + cell index: evaluation prompts under shift (icl.evaluate)
 STREAM_FRESH = 1_000_000     # + epoch: fresh training prompts
+STREAM_ROTATION = 3          # the eigenvectors of a rotated gaussian covariance (seed: rotation_seed)
 
 
 def rng(seed: int, stream: int) -> np.random.Generator:
@@ -50,12 +52,18 @@ def sample_tokens(tokens: dict, feats, n_prompts: int, n_tok: int, g: np.random.
         x = g.standard_normal((n_prompts, n_tok, d)) * np.sqrt(lam)
         return x, np.full((n_prompts, n_tok), -1)
     x = g.standard_normal((n_prompts, n_tok, d)) * np.sqrt(eigenvalues(tokens))
+    R = rotation(tokens)
+    if R is not None:                       # x = R·diag(√λ)·z: covariance R diag(λ) Rᵀ
+        x = x @ R.T
     return x, np.full((n_prompts, n_tok), -1)
 
 
 def eigenvalues(tokens: dict) -> np.ndarray:
-    """Eigenvalues of a gaussian token covariance: identity, a list, or 'skewed' (λ_i ∝ 1/i, trace d)."""
+    """Eigenvalues of a gaussian token covariance: identity, a list, 'skewed' (λ_i ∝ 1/i, trace d),
+    or {eigenvalues: [...], rotation_seed: n} (a rotated, non-diagonal covariance)."""
     d, cov = tokens["d"], tokens.get("covariance", "identity")
+    if isinstance(cov, dict):
+        return np.asarray(cov["eigenvalues"], dtype=float)
     if cov == "identity":
         return np.ones(d)
     if cov == "skewed":
@@ -64,25 +72,20 @@ def eigenvalues(tokens: dict) -> np.ndarray:
     return np.asarray(cov, dtype=float)
 
 
-def sample_labels(task: dict, x: np.ndarray, g: np.random.Generator) -> np.ndarray:
-    """y = f(x) with a fresh task function per prompt (first axis of x)."""
-    P, _, d = x.shape
-    kind = task["kind"]
-    if kind == "cosine":
-        L, c = task["L"], task["c"]
-        w = g.standard_normal((P, d))
-        w /= np.linalg.norm(w, axis=1, keepdims=True)
-        phi = g.uniform(0.0, 2 * np.pi, size=(P, 1))
-        return (L / c) * np.cos(c * np.einsum("ptd,pd->pt", x, w) + phi)
-    if kind == "polynomial":
-        s = task["L"] / d
-        A = s * g.standard_normal((P, d, d))
-        b = s * g.standard_normal((P, d))
-        return np.einsum("pti,pij,ptj->pt", x, A, x) + np.einsum("ptd,pd->pt", x, b)
-    if kind == "linear":
-        w = g.standard_normal((P, d))
-        return np.einsum("ptd,pd->pt", x, w)
-    raise ValueError(f"task.kind: unknown {kind!r}")
+def rotation(tokens: dict) -> np.ndarray | None:
+    """The eigenvectors R of a rotated gaussian covariance (Haar-random from `rotation_seed`, the
+    same for every run seed: Λ is part of the data distribution), or None where Λ is diagonal."""
+    cov = tokens.get("covariance")
+    if not isinstance(cov, dict) or cov.get("rotation_seed") is None:
+        return None
+    Q, r = np.linalg.qr(rng(int(cov["rotation_seed"]), STREAM_ROTATION).standard_normal((tokens["d"],) * 2))
+    return Q * np.sign(np.diag(r))          # sign fix: Haar-distributed
+
+
+def covariance(tokens: dict) -> np.ndarray:
+    """The gaussian tokens' covariance Λ = R diag(λ) Rᵀ as a d×d matrix (what the LSA theory takes)."""
+    lam, R = eigenvalues(tokens), rotation(tokens)
+    return np.diag(lam) if R is None else (R * lam) @ R.T
 
 
 def make_split(spec: dict, feats, n_prompts: int, stream: int, N: int | None = None) -> dict:

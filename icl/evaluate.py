@@ -5,7 +5,10 @@ Baselines: OLS (minimum norm), ridge, 1-NN, a Nadaraya-Watson kernel smoother (w
 attention approximates), for discrete tokens the oracle that averages the labels of the tokens
 sharing the query's feature (what perfectly converged attention computes), and the closed-form
 LSA optimum with no training ("lsa_limit"). Rows of
-trained LSA runs and of lsa_limit carry the theory's exact MSE and slope (icl.theory.lsa).
+trained LSA runs and of lsa_limit carry the theory's exact MSE and slope at the optimum
+(icl.theory.lsa); trained LSA rows also carry them at the run's learned matrix
+(theory_*_learned), so formula error and optimisation error can be told apart. What each shift
+does to the prompts and to the theory lives in icl.shifts.
 
 A step of its own after training (`icl evaluate`, reading the trained parameters from the
 shard's .npz): adding a shift or a test length reruns this, never the training.
@@ -20,14 +23,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from icl import models
-from icl.data import STREAM_EVAL, read_datasets, rng, sample_labels, sample_tokens
+from icl import models, shifts
+from icl.data import STREAM_EVAL, read_datasets, rng, sample_tokens
 from icl.plan import eval_bytes, stable_hash
 from icl.tables import SHIFT_DTYPES, empty_shift, read_shard, write_parquet
+from icl.tasks import sample_labels
 from icl.theory import lsa
 from icl.theory.table import lsa_optimum
 from icl.train import pick_device
-
 
 
 def cells(ev: dict) -> list[tuple[str, float | None]]:
@@ -53,40 +56,26 @@ def prompt_set(spec: dict) -> tuple[str, int]:
 def eval_prompts(spec: dict, feats, kind: str, c, M: int, stream: int):
     """P prompts of M context tokens and a query (last), shifted as the cell says; float64.
     Returns x (P, M+1, d), y (P, M+1) and each token's feature index (-1 for continuous tokens)."""
-    tok, P = dict(spec["tokens"]), spec["evaluate"]["prompts"]
+    shift, P = shifts.get(kind), spec["evaluate"]["prompts"]
     g = rng(spec["seed"], STREAM_EVAL + stream)
-    if kind in ("random_covariance", "random_covariance_indep_query"):
-        tok = {"kind": "random_covariance", "d": tok["d"], "scale": c}
-    x, feat = sample_tokens(tok, feats, P, M + 1, g)
-    if kind == "scale":
-        x = c * x
-    elif kind == "query_only":
-        x[:, -1] *= c
-    elif kind == "random_covariance_indep_query":
-        x[:, -1] = np.sqrt(c) * g.standard_normal((P, tok["d"]))
+    x, feat = sample_tokens(shift.tokens(spec["tokens"], c), feats, P, M + 1, g)
+    x = shift.edit(x, c, g)
     y = sample_labels(spec["task"], x, g)
     return x, y, feat
 
 
-def theory_cell(spec: dict, kind: str, c, M: int):
-    """(mse, slope) of the LSA optimum on this cell, exact at finite N and M (NaN where none)."""
+def theory_cell(spec: dict, kind: str, c, M: int, B=None):
+    """(mse, slope) on this cell of ŷ = x_qᵀ B m̂, exact at finite N and M: B = the LSA optimum by
+    default, or any matrix (a trained LSA's learned one). NaN where there is no closed form."""
+    law = shifts.get(kind)                                    # an unknown shift is an error here too
     if spec["task"]["kind"] != "linear":
         return np.nan, np.nan
-    B, tk, par = lsa_optimum(spec)
-    if B is None:
+    B0, tk, par = lsa_optimum(spec)
+    if B0 is None:
         return np.nan, np.nan
     d = spec["tokens"]["d"]
-    if kind in ("random_covariance", "random_covariance_indep_query"):
-        q = None if kind == "random_covariance" else c * np.eye(d)
-        return lsa.random_cov_risk(B, d, M, scale=c, Lam_query=q), lsa.random_cov_slope(B, d, scale=c, Lam_query=q)
-    if tk == "gaussian":
-        lam = np.asarray(par) * (c * c if kind == "scale" else 1.0)
-        q = lam * c * c if kind == "query_only" else lam
-        return lsa.risk(B, lam, M, Lam_query=q), lsa.slope(B, lam, Lam_query=q)
-    s = par * (c * c if kind == "scale" else 1.0)            # random-covariance training, scaled tokens
-    if kind == "query_only":
-        return np.nan, np.nan
-    return lsa.random_cov_risk(B, d, M, scale=s), lsa.random_cov_slope(B, d, scale=s)
+    train = ("fixed", par, None) if tk == "gaussian" else ("random", par, None)
+    return shifts.theory(B0 if B is None else B, law.law(train, c, d), d, M)
 
 
 def _stats(pred: np.ndarray, y: np.ndarray):
@@ -146,6 +135,10 @@ def evaluate_shard(runs, cache, model, params, active, dev, label="shard", basel
         return empty_shift()
     rows = []
     live = active.cpu().numpy()
+    # the trained LSA's own matrix: the theory at it separates formula error (measured vs theory at
+    # the learned B) from optimisation error (theory at the learned B vs at the optimum)
+    learned = model.effective(params).double().cpu().numpy() if model.kind == "lsa" else None
+    nan2 = (np.nan, np.nan)
     for ci, (kind, c) in enumerate(cells(ev)):
         for li, M in enumerate(ev["lengths"]):
             stream = 1000 * ci + li
@@ -157,13 +150,16 @@ def evaluate_shard(runs, cache, model, params, active, dev, label="shard", basel
             target = np.stack([d[1][:, -1] for d in data])
             mse, se, slope, slope_se = _stats(pred, target)
             cval = np.nan if c is None else c
+            c1 = c if c is not None else 1.0
             for i, r in enumerate(runs):
-                th = theory_cell(r["spec"], kind, c if c is not None else 1.0, M) if model.kind == "lsa" else (np.nan, np.nan)
+                th = theory_cell(r["spec"], kind, c1, M) if learned is not None else nan2
+                thl = theory_cell(r["spec"], kind, c1, M, B=learned[i]) if learned is not None and live[i] else nan2
                 rows.append({"predictor": r["spec"]["model"]["name"], "model_kind": model.kind, "run_id": r["run_id"],
                              "eval_id": eval_id(r["spec"]), "N": r["spec"]["prompts"]["N"], "shift": kind, "c": cval,
                              "M": M, "mse": mse[i] if live[i] else np.nan, "mse_se": se[i] if live[i] else np.nan,
                              "slope": slope[i] if live[i] else np.nan, "slope_se": slope_se[i] if live[i] else np.nan,
-                             "theory_mse": th[0], "theory_slope": th[1]})
+                             "theory_mse": th[0], "theory_slope": th[1],
+                             "theory_mse_learned": thl[0], "theory_slope_learned": thl[1]})
             done = set()
             for i, r in enumerate(runs):                      # baselines once per distinct prompt set
                 key = prompt_set(r["spec"])
@@ -177,13 +173,13 @@ def evaluate_shard(runs, cache, model, params, active, dev, label="shard", basel
                     preds["lsa_limit"] = lsa.lsa_predict(B, xs[:, :-1], ys[:, :-1], xs[:, -1])
                 for name, p in preds.items():
                     m, s_, sl, sl_se = _stats(p[None], ys[None, :, -1])
-                    th = theory_cell(r["spec"], kind, c if c is not None else 1.0, M) if name == "lsa_limit" \
-                        else (np.nan, np.nan)
+                    th = theory_cell(r["spec"], kind, c1, M) if name == "lsa_limit" else nan2
                     rows.append({"predictor": name, "model_kind": "baseline", "run_id": None,
                                  "eval_id": key[0], "N": key[1] if name == "lsa_limit" else None,
                                  "shift": kind, "c": cval, "M": M, "mse": m[0], "mse_se": s_[0], "slope": sl[0],
                                  "slope_se": sl_se[0],
-                                 "theory_mse": th[0], "theory_slope": th[1]})
+                                 "theory_mse": th[0], "theory_slope": th[1],
+                                 "theory_mse_learned": np.nan, "theory_slope_learned": np.nan})
         print(f"[{label}] evaluated shift {kind} c={c}", file=sys.stderr, flush=True)
     return pd.DataFrame(rows, columns=list(SHIFT_DTYPES)).astype(SHIFT_DTYPES)
 

@@ -6,6 +6,8 @@ are excluded explicitly, and how many were excluded is part of the output.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -23,7 +25,9 @@ def swept_columns(runs: pd.DataFrame, base: list[str]) -> list[str]:
         if col in IDENTITY or col in base or col == "model":
             continue
         values = runs[col].astype(str)
-        if (values.groupby(runs["model"]).nunique() > 1).any():
+        # a setting zipped to L (the cosine's c tied to L in ldl_shape) moves along the L axis: not a group
+        tied_to_L = (values.groupby([runs["model"], runs["L"].astype(str)]).nunique() <= 1).all()
+        if (values.groupby(runs["model"]).nunique() > 1).any() and not tied_to_L:
             extra.append(col)
     return extra
 
@@ -61,7 +65,8 @@ def slope_with_bootstrap(df: pd.DataFrame, tcol: str, seed: int = 0):
     """log-log slope of convergence time against L; 95% interval resampling seeds (clusters).
 
     Runs that never reached the threshold are dropped (their count is returned). Resampling whole
-    seeds keeps the pairing of one seed's runs across L, as a rerun of the sweep would.
+    seeds keeps the pairing of one seed's runs across L, as a rerun of the sweep would; fewer
+    than three seeds give no interval (NaN).
     """
     ok = df[df[tcol].notna() & (df[tcol] > 0)]
     n_missing = len(df) - len(ok)
@@ -78,18 +83,31 @@ def slope_with_bootstrap(df: pd.DataFrame, tcol: str, seed: int = 0):
         pick = np.concatenate([groups[s] for s in rng.choice(uniq, size=len(uniq))])
         if np.unique(x[pick]).size >= 2:
             boots.append(_ols_slope(x[pick], y[pick]))
-    lo, hi = (np.percentile(boots, [2.5, 97.5]) if len(uniq) > 1 else (np.nan, np.nan))
+    # two seeds give three distinct resamples: no interval worth the name
+    lo, hi = (np.percentile(boots, [2.5, 97.5]) if len(uniq) >= 3 else (np.nan, np.nan))
     return slope, float(lo), float(hi), len(ok), n_missing
 
 
-def theory_slope(Ls, K, N, delta, eta, reg: str, eps: float) -> float:
-    """Slope of log T_theory against log L over the same L values (unit constants cancel)."""
-    Ls = np.asarray(sorted(set(Ls)), float)
-    if len(Ls) < 2:
+def theory_time(df: pd.DataFrame, reg, eps: np.ndarray) -> np.ndarray:
+    """T of Theorem 1 (flat) or 2 (sharp) for each run at its own ε (unit constants)."""
+    return np.array([(ldl.T_flat if rg == "flat" else ldl.T_sharp)(int(r.K), int(r.N), float(r.lr), float(r.L),
+                                                                    float(r.delta), float(e))
+                     for r, rg, e in zip(df.itertuples(), reg, eps)])
+
+
+def eps_of(df: pd.DataFrame, tcol: str) -> np.ndarray:
+    """ε of each run for a threshold column: sqrt(x · loss₀) (relative) or sqrt(x) (absolute)."""
+    x = float(tcol.split("_")[-1])
+    return np.sqrt(x * df["loss0"].to_numpy(float)) if tcol.startswith("t_rel") else np.full(len(df), math.sqrt(x))
+
+
+def theory_slope(df: pd.DataFrame, reg: str, tcol: str) -> float:
+    """Slope of log T_theory against log L over the runs of df, each at its own ε (unit constants
+    cancel in the slope)."""
+    if df["L"].nunique() < 2:
         return float("nan")
-    f = ldl.T_flat if reg == "flat" else ldl.T_sharp
-    T = np.array([f(K, N, eta, L, delta, eps) for L in Ls])
-    return _ols_slope(np.log(Ls), np.log(T))
+    T = theory_time(df, [reg] * len(df), eps_of(df, tcol))
+    return _ols_slope(np.log(df["L"].to_numpy(float)), np.log(T))
 
 
 SLOPE_KEYS = ["model", "model_kind", "lr", "delta", "K", "N", "regime"]
@@ -100,8 +118,7 @@ def convergence_slopes(runs: pd.DataFrame, summary: pd.DataFrame, theory: pd.Dat
     """One row per (model, lr, Δ, K, N, regime, any other swept setting, threshold): the measured
     slope of log t against log L, its interval, and the theory's slope.
 
-    The theory's ε is absolute: a relative threshold x is taken as ε = x · (median loss₀ of the
-    group), the loss the runs had to reach."""
+    The theorems bound the loss by O(ε²): a run that had to reach loss/loss₀ ≤ x has ε = sqrt(x·loss₀)."""
     extra = swept_columns(runs, SLOPE_KEYS)
     keys = SLOPE_KEYS + extra
     df = groupable(runs, extra).merge(summary, on="run_id").merge(theory[["run_id", "regime"]], on="run_id")
@@ -113,13 +130,11 @@ def convergence_slopes(runs: pd.DataFrame, summary: pd.DataFrame, theory: pd.Dat
         g = g[~g["diverged"]]
         for t in tcols:
             s, lo, hi, n, miss = slope_with_bootstrap(g, t)
-            eps = float(t.split("_")[-1]) * float(g["loss0"].median()) if len(g) else np.nan
             rows.append({**rec, "group": group_label(rec, vary), "threshold": t, "slope": s, "ci_lo": lo,
                          "ci_hi": hi, "n_runs": n, "n_not_reached": miss, "n_diverged": n_div,
                          "n_L": g["L"].nunique(),
-                         "theory_slope": theory_slope(g["L"], rec["K"], rec["N"], rec["delta"], rec["lr"],
-                                                      rec["regime"], eps)
-                         if pd.notna(rec["K"]) and pd.notna(rec["regime"]) and np.isfinite(eps) else np.nan})
+                         "theory_slope": theory_slope(g, rec["regime"], t)
+                         if pd.notna(rec["K"]) and pd.notna(rec["regime"]) and len(g) else np.nan})
     return pd.DataFrame(rows, columns=[*keys, "group", "threshold", "slope", "ci_lo", "ci_hi", "n_runs",
                                        "n_not_reached", "n_diverged", "n_L", "theory_slope"])
 

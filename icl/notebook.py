@@ -14,9 +14,9 @@ from functools import cached_property
 
 import pandas as pd
 
+from icl.claims import COLUMNS
 from icl.tables import read_parquet
 
-VERDICT_COLUMNS = ["experiment", "model", "claim", "prediction", "measurement", "verdict"]   # report.verdict_table
 
 
 class Experiment:
@@ -51,7 +51,7 @@ class Experiment:
     def verdicts(self) -> pd.DataFrame:
         """One row per claim x model (x group); empty where the experiment has no verdict table."""
         if not os.path.exists(self._file("verdicts")):
-            return pd.DataFrame({c: pd.Series(dtype="object") for c in VERDICT_COLUMNS})
+            return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
         return read_parquet(self._file("verdicts"))
 
     def metrics(self) -> list[str]:

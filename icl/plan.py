@@ -88,23 +88,40 @@ def shape_key(spec: dict) -> dict:
 MAX_RUNS = 1_000_000
 
 
+def sweep_axes(exp: dict) -> list[tuple[tuple[str, ...], list[tuple]]]:
+    """The sweep as the axes of its cartesian product, each (keys, points): a plain key is an axis
+    of one key; a `zip` group (a mapping of equal-length lists, or a list of such mappings) is one
+    axis whose keys move together, its i-th point taking the i-th value of every list.
+
+    One order, whatever order the config lists keys in: `seed` first, then alphabetically; a zip
+    group's keys in that order, the group placed by its first key. A mapping's key order does not
+    survive every way a config travels (the workflow hands it to the plan job as JSON with sorted
+    keys; YAML dumps and merges reorder it too), so nothing the plan computes may depend on it."""
+    rank = lambda k: (k != "seed", k)
+    sweep = exp.get("sweep") or {}
+    groups = sweep.get("zip") or []
+    axes = [((k,), [(v,) for v in values]) for k, values in sweep.items() if k != "zip"]
+    for group in [groups] if isinstance(groups, dict) else groups:
+        keys = tuple(sorted(group, key=rank))
+        axes.append((keys, list(zip(*(group[k] for k in keys), strict=True))))   # lengths: icl.config checks
+    return sorted(axes, key=lambda a: rank(a[0][0]))
+
+
 def sweep_keys(exp: dict) -> list[str]:
-    """The sweep's keys in the one order the plan uses: `seed` first, then the others
-    alphabetically. A mapping's key order does not survive every way a config travels (the
-    workflow hands it to the plan job as JSON with sorted keys; YAML dumps and merges reorder it
-    too), so nothing the plan computes may depend on it."""
-    return sorted(exp.get("sweep") or {}, key=lambda k: (k != "seed", k))
+    """Every swept key, in the plan's order (sweep_axes)."""
+    return [k for keys, _ in sweep_axes(exp) for k in keys]
 
 
 def expand(exp: dict) -> list[dict]:
-    """The cartesian product of the sweep, one run spec per (model, sweep point)."""
-    sweep = exp.get("sweep") or {}
-    keys = sweep_keys(exp)
-    n = len(exp["models"]) * math.prod(len(v) for v in sweep.values())
+    """The cartesian product of the sweep's axes, one run spec per (model, sweep point)."""
+    axes = sweep_axes(exp)
+    keys = [k for ks, _ in axes for k in ks]
+    n = len(exp["models"]) * math.prod(len(points) for _, points in axes)
     if n > MAX_RUNS:
         raise ConfigError(f"sweep: expands to {n:,} runs; at most {MAX_RUNS:,} per experiment (split it)")
     specs = []
-    for values in itertools.product(*(sweep[k] for k in keys)):
+    for combo in itertools.product(*(points for _, points in axes)):
+        values = [v for point in combo for v in point]
         point = copy.deepcopy(exp)
         for k, v in zip(keys, values):
             apply_override(point, k, v)

@@ -21,7 +21,8 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 from jinja2 import Environment, FileSystemLoader, select_autoescape  # noqa: E402
 
-from icl import report_ldl, report_zfb  # noqa: E402
+from icl import claims, report_ldl, report_zfb, tasks  # noqa: E402
+from icl.claims import ldl as claims_ldl, zfb as claims_zfb  # noqa: E402
 from icl.figures import QUALITATIVE, palette, png  # noqa: E402
 from icl.files import atomic_path  # noqa: E402
 from icl.timing import summary_line, timing_table  # noqa: E402
@@ -138,8 +139,7 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
         mine = runs[runs["model"] == name]
         return {"name": name, "kind": mine["model_kind"].iloc[0], "optimizer": mine["optimizer"].iloc[0],
                 "split": f"all {n_div} runs diverged: nothing to draw", "figures": [], "maps": [],
-                "theory_figures": [], "verdicts": report_ldl.verdicts(tables, name) if ldl else [],
-                "mean_field": None}
+                "theory_figures": []}
     curves = tables["curves"][tables["curves"]["run_id"].isin(r["run_id"])]
     attn = tables["attention"][tables["attention"]["run_id"].isin(r["run_id"])]
     figs = []
@@ -174,13 +174,12 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
         how += f"; {n_div} diverged run(s) left out of these figures (listed above)"
     if not ldl:
         return {"name": name, "kind": r["model_kind"].iloc[0], "optimizer": r["optimizer"].iloc[0],
-                "split": how, "figures": figs, "maps": maps, "theory_figures": [], "verdicts": [], "mean_field": None}
+                "split": how, "figures": figs, "maps": maps, "theory_figures": []}
     theory_figs = [f for f in (report_ldl.collapse_figure(tables, name), report_ldl.slope_figure(tables, name),
                                report_ldl.stability_figure(tables, name),
                                *report_ldl.phase_diagram_figures(tables, name)) if f]
     return {"name": name, "kind": r["model_kind"].iloc[0], "optimizer": r["optimizer"].iloc[0],
-            "split": how, "figures": figs, "maps": maps, "theory_figures": theory_figs,
-            "verdicts": report_ldl.verdicts(tables, name), "mean_field": report_ldl.mean_field_check(tables, name)}
+            "split": how, "figures": figs, "maps": maps, "theory_figures": theory_figs}
 
 
 def attention_summary_figure(curves, runs, colours: dict) -> str:
@@ -200,16 +199,16 @@ def attention_summary_figure(curves, runs, colours: dict) -> str:
     return png(fig)
 
 
-VERDICTS = (report_ldl.HOLDS, report_ldl.FAILS, report_ldl.UNSURE, report_ldl.NOT_HERE)
-
-
-def verdict_table(experiment: str, sections: list[dict], zfb: dict | None) -> pd.DataFrame:
-    """The report's verdict rows as data: one row per claim x model (ZFB's claims: model 'all')."""
-    rows = [{"model": s["name"], **v} for s in sections for v in s["verdicts"]]
-    rows += [{"model": "all", **v} for v in (zfb or {}).get("verdicts", [])]
-    df = pd.DataFrame(rows, columns=["model", "claim", "prediction", "measurement", "verdict"])
-    df = df[df["verdict"].isin(VERDICTS)]           # not the note on excluded runs
-    return df.assign(experiment=experiment)[["experiment", "model", "claim", "prediction", "measurement", "verdict"]]
+def verdict_rows(experiment: str, exp: dict, tabs: dict, ldl: bool) -> pd.DataFrame:
+    """Every claim's verdict for this experiment (icl.claims): the table the report is rendered from."""
+    rows = []
+    if ldl:
+        split = (exp.get("report") or {}).get("flat_max_L")
+        for m in tabs["runs"]["model"].unique():
+            rows += claims_ldl.verdicts(tabs, m, split)
+    if len(tabs["shift"]):
+        rows += claims_zfb.verdicts(tabs)
+    return claims.table(experiment, rows)
 
 
 def key_figure(sections: list[dict], zfb: dict | None) -> str | None:
@@ -224,20 +223,21 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str) -> None:
     tabs = {k: read_parquet(os.path.join(results_dir, f"{k}.parquet"))
             for k in ("runs", "curves", "attention", "summary", "theory", "theory_curves", "slopes",
                       "stability", "shift")}
-    # the report draws only the LSA's effective matrix: softmax_q's q_features rows are not read
+    # the report reads only the LSA's effective matrix: softmax_q's logits reach it through summary's qoff_*
     tabs["matrices"] = read_parquet(os.path.join(results_dir, "matrices.parquet"), filters=[("name", "==", "effective")])
     zfb = None
     if len(tabs["shift"]):
         clean = report_zfb._lsa_rows(tabs)
         zfb = {"figures": [f for f in (report_zfb.error_vs_length_figure(clean), report_zfb.matrix_figure(tabs),
                                        report_zfb.slope_figure(clean)) if f],
-               "verdicts": report_zfb.verdicts(tabs), "notes": report_zfb.SOURCE_NOTES,
+               "notes": report_zfb.SOURCE_NOTES,
                "predictors": report_zfb.predictor_table(clean)}
     runs = tabs["runs"]
     with open(os.path.join(results_dir, "shards.json")) as fh:
         shards = json.load(fh)
-    ldl = exp["task"]["kind"] in ("cosine", "polynomial")
+    ldl = tasks.family(exp["task"]["kind"]).ldl
     sections = [model_section(m, runs, tabs, exp, ldl) for m in runs["model"].unique()]
+    verdicts = verdict_rows(experiment, exp, tabs, ldl)
     summ = runs[["run_id", "model", "L", "seed", "lr"]].merge(tabs["summary"], on="run_id")
     cols = ["model", "L", "seed", "lr", "loss0", "final_train_loss", "final_test_loss", "attn_own_final",
             "t_rel_1e-1", "t_rel_1e-2", "t_rel_1e-3", "diverged"]
@@ -253,6 +253,7 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str) -> None:
     html = TEMPLATES.get_template("report.html.j2").render(
         experiment=experiment, description=exp.get("description", ""), sections=sections,
         task_kind=exp["task"]["kind"], zfb=zfb, ldl=ldl,
+        verdict_groups=[(m, g.to_dict("records")) for m, g in verdicts.groupby("model", sort=False)],
         summary=summ.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="—", classes="tbl"),
         diverged=summ[summ["diverged"]].to_dict("records"),
         n_runs=len(runs), n_shards=len(shards),
@@ -262,7 +263,7 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str) -> None:
         timing=tim.to_html(index=False, float_format=lambda v: f"{v:.2f}", classes="tbl") if len(tim) else "",
         timing_line=summary_line(tim),
         generated=dt.datetime.now().isoformat(timespec="seconds"))
-    write_parquet(verdict_table(experiment, sections, zfb), os.path.join(results_dir, "verdicts.parquet"),
+    write_parquet(verdicts, os.path.join(results_dir, "verdicts.parquet"),
                   stamp(str(runs["config_hash"].iloc[0])))
     thumb = key_figure(sections, zfb)
     with atomic_path(os.path.join(results_dir, "thumbnail.png")) as tmp, open(tmp, "wb") as fh:
@@ -278,7 +279,7 @@ def index_entry(name: str, description: str, results_dir: str) -> dict:
         thumb = base64.b64encode(fh.read()).decode()
     counts = verdicts["verdict"].value_counts()
     return {"name": name, "description": description, "runs": len(summary),
-            "counts": [(v, int(counts.get(v, 0))) for v in VERDICTS],
+            "counts": [(v, int(counts.get(v, 0))) for v in claims.VERDICTS],
             "train_seconds": float(summary["train_seconds"].sum()),
             "devices": ", ".join(sorted(set(summary["device"].astype(str)))), "thumbnail": thumb}
 

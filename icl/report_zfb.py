@@ -1,5 +1,5 @@
 """The ZFB part of a report: test error against prompt length under shift, the learned effective
-matrix against Γ⁻¹, slopes against c², and a verdict table computed from shift.parquet."""
+matrix against Γ⁻¹, slopes against c². The verdicts are icl.claims.zfb's."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import seaborn as sns
 
 from icl.figures import QUALITATIVE, palette, png
-from icl.report_ldl import FAILS, HOLDS, NOT_HERE, UNSURE
+from icl.claims.zfb import healthy_shift
 
 SOURCE_NOTES = [
     "Thm 4.2 as transcribed omits a 1/M on the variance term; without it the error would not vanish as M, N → ∞. "
@@ -145,80 +145,5 @@ def slope_figure(shift: pd.DataFrame) -> str | None:
 
 
 def _lsa_rows(tabs) -> pd.DataFrame:
-    """shift rows with the trained LSA runs relabelled 'lsa' (whatever their names) and diverged
-    runs left out, so every verdict compares healthy runs only."""
-    sh = tabs["shift"]
-    gone = set(tabs["summary"].loc[tabs["summary"]["diverged"], "run_id"])
-    sh = sh[~sh["run_id"].isin(gone)].copy()
-    sh.loc[sh["model_kind"] == "lsa", "predictor"] = "lsa"
-    return sh
-
-
-def verdicts(tabs) -> list[dict]:
-    sh = _lsa_rows(tabs)
-    rows = []
-
-    def add(claim, pred, meas, verdict):
-        rows.append({"claim": claim, "prediction": pred, "measurement": meas, "verdict": verdict})
-
-    summ = tabs["runs"].merge(tabs["summary"], on="run_id")
-    lsa_runs = summ[(summ["model_kind"] == "lsa") & ~summ["diverged"]]
-    if len(lsa_runs) and lsa_runs["dist_target_final"].notna().any():
-        dist = lsa_runs["dist_target_final"]
-        add("the trained LSA converges to the theory's optimum", "w22·W11ᵀ → Γ⁻¹ (or E[Λ²]E[ΓΛ²]⁻¹)",
-            f"final relative distance: median {dist.median():.3f}, worst {dist.max():.3f} over {len(dist)} runs",
-            HOLDS if dist.max() <= 0.15 else (FAILS if dist.median() > 0.5 else UNSURE))
-    t = sh[(sh["predictor"] == "lsa") & (sh["shift"] == "none") & sh["theory_mse"].notna()]
-    if len(t):
-        z = (t["mse"] - t["theory_mse"]) / np.sqrt(t["mse_se"] ** 2 + (0.05 * t["theory_mse"]) ** 2)
-        frac = (z.abs() <= 3).mean()
-        add("Theorem 4.2: in-distribution test error of the LSA", "exact error at training N and test M (incl. the 1/M term)",
-            f"{frac:.0%} of {len(t)} (run, M) cells within 3 s.e. (+5% for residual training error) of theory; "
-            f"median measured/theory {np.median(t['mse'] / t['theory_mse']):.3f}",
-            HOLDS if frac >= 0.8 else (FAILS if frac < 0.5 else UNSURE))
-    s = sh[(sh["predictor"] == "lsa") & (sh["shift"] == "scale") & sh["theory_slope"].notna()]
-    if len(s):
-        rel = (s["slope"] / s["theory_slope"] - 1).abs()
-        ok = (s["slope"] - s["theory_slope"]).abs() <= 3 * s["slope_se"] + 0.02 * s["theory_slope"].abs()
-        g = s.groupby("c")["slope"].median()
-        add("covariate scaling by c: slope ≈ c² (exactly c²·tr(Γ⁻¹Λ²)/trΛ at finite N)", "slope = finite-N theory",
-            "median slope by c: " + ", ".join(f"c={c:g}: {v:.2f}" for c, v in g.items())
-            + f"; relative deviation from theory: median {rel.median():.3f}, worst {rel.max():.3f}; "
-            f"{ok.mean():.0%} of {len(s)} cells within 3 s.e. + 2%",
-            HOLDS if ok.mean() >= 0.9 else (FAILS if ok.mean() < 0.5 else UNSURE))
-    for kind, lim, what in (("random_covariance_indep_query", 1 / 3, "query independent of the new covariance"),
-                            ("random_covariance", 2 / 3, "query from the prompt's own covariance")):
-        r = sh[(sh["predictor"] == "lsa") & (sh["shift"] == kind) & (sh["c"] == 1.0) & sh["theory_slope"].notna()]
-        trained_random = summ["token_kind"].eq("random_covariance").all()
-        if len(r) and trained_random:
-            ok = (r["slope"] - r["theory_slope"]).abs() <= 3 * r["slope_se"] + 0.02 * r["theory_slope"].abs()
-            add(f"random covariance ({what}): prediction shrinks by a factor", f"slope → {lim:.3g} (finite N: "
-                f"{r['theory_slope'].min():.3f}…{r['theory_slope'].max():.3f})",
-                f"measured slope: median {r['slope'].median():.3f}; {ok.mean():.0%} of {len(r)} (run, M) cells within "
-                "3 s.e. + 2% of the finite-N theory",
-                HOLDS if ok.mean() >= 0.9 else (FAILS if ok.mean() < 0.5 else UNSURE))
-    m = sh[(sh["predictor"] == "lsa") & (sh["shift"] == "none") & sh["theory_mse"].notna()]
-    if len(m):
-        long = m[m["M"] > m["N"]]
-        at_n = m[m["M"] == m["N"]]
-        if len(long) and len(at_n):
-            j = long.merge(at_n[["run_id", "mse", "mse_se", "theory_mse"]], on="run_id", suffixes=("", "_N"))
-            meas = j["mse"] / j["mse_N"]
-            pred = j["theory_mse"] / j["theory_mse_N"]
-            rel = (meas / pred - 1).abs()
-            # standard error of a ratio of two independent means (delta method)
-            se = meas * np.sqrt((j["mse_se"] / j["mse"]) ** 2 + (j["mse_se_N"] / j["mse_N"]) ** 2)
-            ok = (meas - pred).abs() <= 3 * se + 0.05 * pred
-            add("test prompts longer than training (M > N)", "error keeps falling with M towards the O(1/N²) floor",
-                f"error ratio MSE(M)/MSE(N), measured vs theory: median relative deviation {rel.median():.3f}; "
-                f"{ok.mean():.0%} of {len(j)} cells within 3 s.e. + 5%",
-                HOLDS if ok.mean() >= 0.9 else (FAILS if ok.mean() < 0.5 else UNSURE))
-        else:
-            add("test prompts longer than training (M > N)", "error keeps falling", "no test length beyond N", NOT_HERE)
-    b = sh[sh["shift"] == "none"].groupby("predictor")["mse"].median()
-    if "lsa" in b and "block" in b:
-        add("beyond LSA: a nonlinear model escapes the LSA's limit", "transformer block error < LSA error (ZFB's GPT-2 finding)",
-            f"median in-distribution MSE over M: block {b['block']:.3g}, LSA {b['lsa']:.3g}"
-            + (f", softmax_q {b['softmax_q']:.3g}" if "softmax_q" in b else ""),
-            HOLDS if b["block"] < b["lsa"] else FAILS)
-    return rows
+    """shift rows of healthy runs, trained LSA rows labelled 'lsa' (icl.claims.zfb.healthy_shift)."""
+    return healthy_shift(tabs)

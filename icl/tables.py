@@ -12,6 +12,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from icl.claims.ldl import logit_dynamics
 from icl.files import atomic_path
 from icl.phases import phases
 from icl.provenance import code_version, stamp
@@ -74,7 +75,9 @@ def run_row(run: dict) -> dict:
 
 SHIFT_DTYPES = {"predictor": "string", "model_kind": "string", "run_id": "string", "eval_id": "string",
                 "N": "Int64", "shift": "string", "c": "float64", "M": "int64", "mse": "float64", "mse_se": "float64",
-                "slope": "float64", "slope_se": "float64", "theory_mse": "float64", "theory_slope": "float64"}
+                "slope": "float64", "slope_se": "float64", "theory_mse": "float64", "theory_slope": "float64",
+                # trained LSA rows: the same theory at the run's learned matrix (formula vs optimisation error)
+                "theory_mse_learned": "float64", "theory_slope_learned": "float64"}
 
 
 SHIFT_KEY = ["predictor", "run_id", "eval_id", "N", "shift", "c", "M"]   # one row per these
@@ -97,11 +100,22 @@ def runs_table(runs: list[dict], experiment: str, config_hash: str) -> pd.DataFr
     return df
 
 
-def first_epoch_below(ratio: np.ndarray, epochs: np.ndarray, x: float) -> pd.array:
-    """t_rel_x: first logged epoch with train_loss / loss0 <= x, per run (null if never)."""
-    hit = np.nan_to_num(ratio, nan=np.inf) <= x
-    first = np.where(hit.any(1), epochs[hit.argmax(1)], -1)
-    return pd.array(np.where(first >= 0, first, None), dtype="Int64")
+def crossing_time(ratio: np.ndarray, epochs: np.ndarray, x: float) -> pd.array:
+    """t_x: when train_loss / loss0 (or the loss itself) first falls to x, per run, interpolated
+    in log-loss between the two logged epochs around the crossing (null if never). The first
+    logged epoch at or below x would quantise times to the logging grid: on a 4-epoch grid a
+    run crossing at epoch 1.3 reads 4, and slopes over L come out of the grid, not the run."""
+    r = np.nan_to_num(np.asarray(ratio, float), nan=np.inf)
+    hit = r <= x
+    i = hit.argmax(1)
+    rows = np.arange(len(r))
+    prev = np.maximum(i - 1, 0)
+    a, b = r[rows, prev], r[rows, i]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = np.where((i > 0) & (a > x) & (b > 0) & np.isfinite(a),
+                        (np.log(a) - np.log(x)) / (np.log(a) - np.log(np.maximum(b, 1e-300))), 1.0)
+    t = epochs[prev] + np.clip(frac, 0.0, 1.0) * (epochs[i] - epochs[prev])
+    return pd.array(np.where(hit.any(1), t, np.nan), dtype="Float64")
 
 
 def take_text(values, index: np.ndarray):
@@ -153,9 +167,9 @@ def shard_tables(sh: dict) -> dict[str, pd.DataFrame]:
         "diverged_epoch": pd.array(np.where(sh["diverged_at"] >= 0, sh["diverged_at"], None), dtype="Int64"),
     })
     for x in REL_THRESHOLDS:
-        summ[_tname("t_rel", x)] = first_epoch_below(ratio, ep, x)
+        summ[_tname("t_rel", x)] = crossing_time(ratio, ep, x)
     for x in ABS_THRESHOLDS:
-        summ[_tname("t_abs", x)] = first_epoch_below(tl, ep, x)
+        summ[_tname("t_abs", x)] = crossing_time(tl, ep, x)
     found = [phases(ep, tl[r]) for r in range(R)]
     summ["n_phases"] = pd.array([f[0] for f in found], dtype="Int64")
     summ["phase_ends"] = pd.Series([list(f[1]) for f in found], dtype="object")
@@ -170,6 +184,10 @@ def shard_tables(sh: dict) -> dict[str, pd.DataFrame]:
         # oscillation: the mean off-diagonal attention turns from falling to rising at least once
         d = np.diff(off, axis=1)
         summ["attn_off_oscillates"] = pd.array(((d[:, :-1] < -1e-4) & (d[:, 1:] > 1e-4)).any(1), dtype="boolean")
+    q = sh.get("q_features")
+    dyn = logit_dynamics(q) if q is not None and q.size and q.shape[1] > 1 else {}
+    for col in ("qoff_rate", "qoff_fell", "qoff_oscillates"):
+        summ[col] = dyn.get(col, np.full(R, np.nan))
     summ["train_seconds"] = float(sh["seconds"]) / R
     summ["device"] = str(sh["device"])
     summ["code_version"] = str(sh["code_version"]) if "code_version" in sh else "unknown"

@@ -54,6 +54,16 @@ BAD = [  # (path, value, words the message must contain)
     ("sweep", {"task.L": [0.5, -1]}, ["experiments.tiny.sweep.task.L", "-1", "> 0"]),
     ("sweep", {"tokens.K": [3, 10]}, ["experiments.tiny.sweep.tokens.K", "K <= d"]),
     ("sweep", {"task.L": 0.5}, ["experiments.tiny.sweep.task.L", "array"]),
+    ("sweep", {"zip": {"task.L": [0.2, 1.0], "task.c": [0.5]}},
+     ["experiments.tiny.sweep.zip", "different lengths", "task.L: 2", "task.c: 1"]),
+    ("sweep", {"zip": {"task.L": [0.2], "task.c": [0.5]}, "task.L": [1.0]},
+     ["experiments.tiny.sweep.zip.task.L", "swept twice"]),
+    ("sweep", {"zip": [{"task.L": [0.2], "task.c": [0.5]}, {"task.c": [1.0]}]},
+     ["experiments.tiny.sweep.zip.1.task.c", "swept twice"]),
+    ("sweep", {"zip": {"task.L": [0.2, -1.0], "task.c": [0.5, 0.5]}},
+     ["experiments.tiny.sweep.zip", "task.L=-1.0, task.c=0.5", "> 0"]),
+    ("sweep", {"zip": {"task.L": [], "task.c": []}}, ["experiments.tiny.sweep.zip.task.L", "empty"]),
+    ("sweep", {"zip": {"task.Lip": [1.0]}}, ["experiments.tiny.sweep.zip.task.Lip", "unknown key"]),
 ]
 
 
@@ -168,3 +178,20 @@ def test_extending_a_sweep_keeps_most_shards(tiny_raw):
         kept = set(before) & set(after)
         retrain = sum(len(after[s]) for s in set(after) - kept)
         assert len(kept) >= len(before) - 3 and retrain <= 20 + 2 * 64, (new_seed, len(kept), retrain)
+
+
+def test_zipped_keys_move_together(tiny_raw):
+    """A zip group is one axis of the product: 4 L-c pairs x 2 seeds x 2 models, not 4 x 4 x 2 x 2;
+    its points are checked whole (K=6 alone does not fit d=6... here K=6 comes with d=8)."""
+    exp = tiny_raw["experiments"]["tiny"]
+    Ls = [0.1, 0.4, 1.0, 2.0]
+    exp["sweep"] = {"zip": {"task.L": Ls, "task.c": Ls}, "seed": [0, 1]}
+    specs = expand(validate(tiny_raw)["experiments"]["tiny"])
+    assert len(specs) == 4 * 2 * 2
+    assert all(s["task"]["L"] == s["task"]["c"] for s in specs)
+    assert sorted({(s["task"]["L"], s["seed"]) for s in specs}) == [(L, seed) for L in Ls for seed in (0, 1)]
+    # several groups, each its own axis
+    exp["sweep"] = {"zip": [{"task.L": Ls, "task.c": Ls}, {"tokens.K": [3, 8], "tokens.d": [6, 8]}]}
+    specs = expand(validate(tiny_raw)["experiments"]["tiny"])
+    assert len(specs) == 4 * 2 * 2
+    assert {(s["tokens"]["K"], s["tokens"]["d"]) for s in specs} == {(3, 6), (8, 8)}

@@ -165,3 +165,71 @@ def test_new_shifts_rerun_evaluation_not_training(tmp_path):
     base = shift[shift["model_kind"] == "baseline"]
     assert len(base) == 3 * 5 * 3 * 2 and base["eval_id"].nunique() == 3
     assert "Nothing to be done" in (r := snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(cfg))).stdout + r.stderr
+
+
+def test_trained_lsa_rows_carry_the_theory_at_their_learned_matrix(trained):
+    from icl.evaluate import theory_cell
+    from icl.tables import read_shard
+    recs, paths, tmp = trained
+    df = evaluate_trained(recs, paths, str(tmp / "lsa.npz"), str(tmp / "learned.parquet"))
+    lsa_rows = df[df["model_kind"] == "lsa"]
+    assert lsa_rows[["theory_mse_learned", "theory_slope_learned"]].notna().all().all()
+    assert df.loc[df["model_kind"] == "baseline", "theory_mse_learned"].isna().all()
+    sh = read_shard(str(tmp / "lsa.npz"))
+    B = sh["param_W_pv"][0, -1, -1] * sh["param_W_kq"][0, :-1, :-1].T.astype(float)     # w22·W11ᵀ
+    row = lsa_rows[(lsa_rows["run_id"] == recs[0]["run_id"]) & (lsa_rows["shift"] == "scale") & (lsa_rows["M"] == 8)]
+    mse, slope = theory_cell(recs[0]["spec"], "scale", 2.0, 8, B=B)
+    assert row["theory_mse_learned"].iloc[0] == pytest.approx(mse, rel=1e-5)
+    assert row["theory_slope_learned"].iloc[0] == pytest.approx(slope, rel=1e-5)
+
+
+def test_learned_theory_reads_w22_times_W11_transposed():
+    """On a rotated anisotropic Λ, an LSA with a non-symmetric W11: the measured MSE and slope match
+    the theory at B = w22·W11ᵀ within 5 s.e., and the MSE rejects the theory at w22·W11."""
+    from icl.evaluate import evaluate_shard, theory_cell
+    from icl.models import LSA
+    d = 3
+    spec = {"tokens": {"kind": "gaussian", "d": d, "covariance": {"eigenvalues": [2.5, 1.0, 0.3], "rotation_seed": 2}},
+            "task": {"kind": "linear"}, "prompts": {"N": 8}, "seed": 0, "model": {"name": "lsa", "kind": "lsa"},
+            "evaluate": {"lengths": [6], "prompts": 100_000, "shifts": [{"kind": "none"}]}}
+    W11 = np.array([[0.6, 0.8, 0.0], [-0.6, 0.8, 0.4], [0.1, -0.6, 1.2]])
+    W_kq, W_pv = np.zeros((d + 1, d + 1)), np.zeros((d + 1, d + 1))
+    W_kq[:d, :d], W_pv[d, d] = W11, 0.9
+    params = {"W_pv": torch.tensor(W_pv[None], dtype=torch.float32), "W_kq": torch.tensor(W_kq[None], dtype=torch.float32)}
+    runs = [{"run_id": "r0", "data_id": "p0", "spec": spec}]
+    df = evaluate_shard(runs, {"p0": {"features": np.zeros((0, d))}}, LSA({}, d), params, torch.tensor([True]),
+                        torch.device("cpu"), baseline_keys=set())
+    r = df.iloc[0]
+    assert abs(r["mse"] - r["theory_mse_learned"]) < 5 * r["mse_se"]
+    assert abs(r["slope"] - r["theory_slope_learned"]) < 5 * r["slope_se"]
+    wrong_mse, _ = theory_cell(spec, "none", 1.0, 6, B=0.9 * W11)     # (the slope, tr(BΛ²)/trΛ, cannot tell)
+    assert abs(r["mse"] - wrong_mse) > 10 * r["mse_se"]
+
+
+def test_unknown_shift_is_an_error_not_the_in_distribution_formula():
+    from icl.evaluate import eval_prompts, theory_cell
+    spec = {"tokens": {"kind": "gaussian", "d": 2, "covariance": "identity"}, "task": {"kind": "linear"},
+            "prompts": {"N": 8}, "seed": 0, "evaluate": {"prompts": 10}}
+    with pytest.raises(ValueError, match="unknown shift 'label_noise'"):
+        theory_cell(spec, "label_noise", 1.0, 5)
+    with pytest.raises(ValueError, match="unknown shift 'label_noise'"):
+        eval_prompts(spec, None, "label_noise", 1.0, 5, 0)
+    # every kind the schema allows has an entry in icl.shifts, and no other
+    from icl.config import SCHEMA
+    from icl.shifts import SHIFTS
+    ev = SCHEMA["$defs"]["experiment"]["properties"]["evaluate"]["properties"]
+    assert set(ev["shifts"]["items"]["properties"]["kind"]["enum"]) == set(SHIFTS)
+
+
+def test_rotated_covariance_config_errors_name_the_setting():
+    raw = copy.deepcopy(ZFB)
+    tok = raw["experiments"]["z"]["tokens"]
+    tok["covariance"] = {"eigenvalues": [2.0, 1.0, 0.5], "rotation_seed": 0}
+    validate(raw)
+    for bad, msg in (({"eigenvalues": [2.0, 1.0]}, r"tokens\.covariance\.eigenvalues: has 2 eigenvalues; must have d=3"),
+                     ({"eigenvalues": [2.0, 1.0, -1.0]}, r"tokens\.covariance\.eigenvalues\.2: -1\.0 is out of range"),
+                     ({"eigenvalues": [2.0, 1.0, 0.5], "seed": 1}, r"tokens\.covariance: unknown key 'seed'"),
+                     ({"eigenvalues": [2.0, 1.0, 0.5], "rotation_seed": 1.5}, r"tokens\.covariance\.rotation_seed")):
+        tok["covariance"] = bad
+        with pytest.raises(ConfigError, match=msg):
+            validate(raw)

@@ -40,10 +40,31 @@ def test_runs_that_never_converged_are_counted_not_used():
     assert s == pytest.approx(-1.0, abs=1e-9) and n == 20 and miss == 5
 
 
-def test_theory_slope_flat_is_minus_two():
-    assert theory_slope([0.1, 0.2, 0.3], 4, 100, 3.0, 1.0, "flat", 1e-2) == pytest.approx(-2.0, abs=1e-12)
-    sharp = theory_slope([0.5, 1.0, 2.0], 4, 100, 3.0, 1.0, "sharp", 1e-2)
-    assert -2.0 < sharp < -1.8                 # the log(KLΔ/ε) factor flattens it a little
+def _T(L, K, N, D, eta, reg, eps):
+    """The theorems' T written out independently of icl.theory.ldl (unit constants)."""
+    d2 = 20 * K / N
+    if reg == "flat":
+        return K * np.log(K / eps) / (eta * d2 * L**2 * D**2)
+    return K * np.log(max(K * L * D / eps, np.e)) / (eta * eps * d2 * L**2 * D**2)
+
+
+@pytest.mark.parametrize("reg,tcol", [("flat", "t_abs_1e-2"), ("sharp", "t_abs_1e-2"),
+                                      ("flat", "t_rel_1e-2"), ("sharp", "t_rel_1e-2")])
+def test_theory_slope_reads_eps_as_the_square_root_of_the_loss(reg, tcol):
+    """loss ≤ O(ε²): an absolute threshold a gives ε = sqrt(a), a relative one x gives
+    ε = sqrt(x·loss₀) per run, so with loss₀ ∝ L² the sharp slope moves from ≈ −2 to −3."""
+    Ls = np.array([0.5, 1.0, 2.0, 4.0])
+    df = pd.DataFrame({"L": Ls, "K": 4, "N": 100, "delta": 3.0, "lr": 1.0, "loss0": 0.7 * Ls**2})
+    x = 1e-2
+    eps = np.sqrt(x * df["loss0"]) if tcol.startswith("t_rel") else np.full(4, np.sqrt(x))
+    ref = np.polyfit(np.log(Ls), np.log([_T(L, 4, 100, 3.0, 1.0, reg, e) for L, e in zip(Ls, eps)]), 1)[0]
+    got = theory_slope(df, reg, tcol)
+    assert got == pytest.approx(ref, rel=1e-12)
+    if tcol == "t_abs_1e-2":
+        assert got == pytest.approx(-2.0, abs=1e-12) if reg == "flat" else -2.0 < got < -1.8
+    else:
+        # flat: log(K/ε) shrinks as ε ∝ L grows; sharp: 1/(ε L²) ∝ L⁻³, its log factor KLΔ/ε constant
+        assert -2.5 < got < -2.0 if reg == "flat" else got == pytest.approx(-3.0, abs=1e-9)
 
 
 def test_stability_classes():
@@ -78,8 +99,10 @@ def test_slopes_group_by_every_swept_setting():
         sub = summ[summ["run_id"].isin(ids)].merge(runs, on="run_id")
         ref = np.polyfit(np.log(sub["L"]), np.log(sub["t_rel_1e-1"]), 1)[0]
         assert r.slope == pytest.approx(ref, rel=1e-12)
-        # ε of the theorems is absolute: the relative threshold times the runs' initial loss
-        assert r.theory_slope == pytest.approx(theory_slope([0.5, 1.0, 2.0, 4.0], 4, 100, 3.0, 1.0, "sharp", 0.1 * 2.0))
+        # loss ≤ O(ε²): every run had to reach 0.1 · loss₀ = 0.2, so ε = sqrt(0.2) for all
+        Ls = np.array([0.5, 1.0, 2.0, 4.0])
+        ref = np.polyfit(np.log(Ls), np.log([_T(L, 4, 100, 3.0, 1.0, "sharp", np.sqrt(0.2)) for L in Ls]), 1)[0]
+        assert r.theory_slope == pytest.approx(ref, rel=1e-9)
     st = max_stable_lr(runs, summ)
     assert len(st) == 8 and set(st["group"]) == {"noise=0", "noise=0.5"}
 

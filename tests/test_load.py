@@ -68,10 +68,11 @@ def test_curves_one_metric_with_parameters(results):
 
 
 def test_verdicts_empty_or_read(results):
-    cols = ["experiment", "model", "claim", "prediction", "measurement", "verdict"]
+    from icl import claims
     v = icl.load(str(results)).verdicts
-    assert list(v.columns) == cols and v.empty
-    row = pd.DataFrame([["exp", "sq", "claim", "p", "m", "holds"]], columns=cols)
+    assert list(v.columns) == ["experiment", "claim_id", "model", "group", "claim", "prediction", "measurement",
+                               "value", "ci_lo", "ci_hi", "verdict", "reason", "domain"] and v.empty
+    row = claims.table("exp", [claims.verdict("ldl.phases", "holds", model="sq", prediction="p", measurement="m")])
     write_parquet(row, str(results / "verdicts.parquet"))
     assert icl.load(str(results)).verdicts["verdict"].tolist() == ["holds"]
 

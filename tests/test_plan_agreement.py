@@ -51,3 +51,33 @@ def test_order_of_sweep_keys_does_not_change_the_plan(tiny_raw):
     # through YAML with sorted keys and JSON, as configs travel
     travelled = json.loads(json.dumps(yaml.safe_load(yaml.safe_dump(tiny_raw, sort_keys=True)), sort_keys=True))
     assert shard_of(plan(validate(travelled), "tiny")) == base
+
+
+def test_zip_group_is_one_key_of_the_plan_order(tiny_raw):
+    """A zip group is one axis of the sweep, placed by its first key: the plan is the same for any
+    order of the sweep's keys and of the keys inside the group, and a seed added to a zipped
+    sweep lands in new shards (content-defined cuts), leaving the others trained."""
+    exp = tiny_raw["experiments"]["tiny"]
+    exp["models"] = exp["models"][:1]
+    Ls = [round(0.1 * i, 1) for i in range(1, 21)]
+    group = {"task.L": Ls, "task.c": Ls, "models.sq.lr": [float(i) for i in range(1, 21)]}
+    exp["sweep"] = {"zip": group, "seed": list(range(50))}
+    tiny_raw["shard_size"] = 64
+    base = shard_of(plan(validate(tiny_raw), "tiny"))
+    assert len(base) == 20 * 50 and len(set(base.values())) >= 16
+    other = copy.deepcopy(tiny_raw)
+    other["experiments"]["tiny"]["sweep"] = {"seed": list(range(50)), "zip": {k: group[k] for k in reversed(group)}}
+    assert shard_of(plan(validate(other), "tiny")) == base
+    travelled = json.loads(json.dumps(yaml.safe_load(yaml.safe_dump(tiny_raw, sort_keys=True)), sort_keys=True))
+    assert shard_of(plan(validate(travelled), "tiny")) == base
+    as_list = copy.deepcopy(tiny_raw)
+    as_list["experiments"]["tiny"]["sweep"]["zip"] = [group]
+    assert shard_of(plan(validate(as_list), "tiny")) == base
+
+    grown = copy.deepcopy(tiny_raw)
+    grown["experiments"]["tiny"]["sweep"]["seed"].append(123)
+    after = shard_of(plan(validate(grown), "tiny"))
+    before_shards, after_shards = set(base.values()), set(after.values())
+    kept = before_shards & after_shards
+    retrain = sum(1 for s in after.values() if s not in kept)
+    assert len(kept) >= len(before_shards) - 3 and retrain <= 20 + 2 * 64, (len(kept), retrain)

@@ -70,7 +70,7 @@ def _runs(model_kind="softmax_q", task="cosine", cs=(0.5, 0.5), optimizer="gd"):
     ({"model_kind": "transformer_block"}, None),         # not linear in the labels
 ])
 def test_scale_identity_decides_only_where_it_holds(kwargs, decided):
-    from icl.report_ldl import scale_identity
+    from icl.claims.ldl import scale_identity
     reason = scale_identity(_runs(**kwargs))
     assert (reason is None) == (decided is None)
     if decided:

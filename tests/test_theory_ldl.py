@@ -103,3 +103,25 @@ def test_norm_enters_as_fourth_power():
     _, grad, _ = ldl.population_loss_and_grad(np.zeros((K, K)), p, D)
     G = V @ V.T
     np.testing.assert_allclose(G @ grad @ G, a**4 * grad, rtol=1e-12)
+
+
+def test_mean_field_curves_collapse_on_the_clock():
+    """Curves of different L, c and Δ are one curve on τ = collapse_rate · t: with η chosen so
+    the rates agree, the relative losses agree step by step; on the theorems' η L² Δ² / K they
+    do not (the ‖v‖⁴ and label-covariance factors differ)."""
+    K, d = 4, 15
+    p = np.full(K, 1 / K)
+    runs = [(1.0, 0.5, 3.0), (0.3, 0.5, 1.5), (2.0, 2.0, 3.0)]   # (L, c, Δ)
+    rel, rates = [], []
+    for L, c, D in runs:
+        V = D / np.sqrt(2) * np.eye(K, d)
+        rate1 = ldl.collapse_rate(V, ldl.cosine_label_cov(V, L, c), 1.0)
+        eta = 0.5 / rate1                                     # the same clock rate 0.5 for every run
+        assert ldl.collapse_rate(V, ldl.cosine_label_cov(V, L, c), eta) == pytest.approx(0.5)
+        loss, _ = ldl.mean_field_curve(V, p, L, c, eta, 200)
+        rel.append(loss / loss[0])
+        rates.append(eta * L**2 * D**2 / K)
+    for r in rel[1:]:
+        np.testing.assert_allclose(r, rel[0], rtol=1e-9)
+    assert max(rates) / min(rates) > 2                       # the old clock would put them apart
+    assert rel[0][-1] < 0.5 * rel[0][0]                       # and the curve does move

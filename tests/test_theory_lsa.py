@@ -346,3 +346,85 @@ def test_random_cov_slope_limits():
     assert lsa.random_cov_slope(B, d, Lam_query=np.ones(d)) == pytest.approx(1 / 3)
     # general moments: a fixed covariance (λ ≡ 1) gives back Γ^{-1}
     assert np.allclose(lsa.random_cov_optimal_B(d, 7, moments=(1, 1, 1)), lsa.optimal_B(np.ones(d), 7))
+
+
+# ----------------------------------------------------------------------------- full (rotated) covariance
+# Every formula the pipeline uses with a non-diagonal, anisotropic Λ = R diag(λ) Rᵀ (icl.data),
+# against Monte Carlo on prompts drawn by the project's own samplers, within K_SE standard errors.
+
+ROT = {"kind": "gaussian", "d": 3, "covariance": {"eigenvalues": [2.5, 1.0, 0.3], "rotation_seed": 4}}
+
+
+def test_rotated_covariance_sampler():
+    from icl.data import covariance, eigenvalues, rng, sample_tokens
+    Lam = covariance(ROT)
+    assert np.allclose(np.linalg.eigvalsh(Lam), sorted(eigenvalues(ROT)))
+    assert np.abs(Lam - np.diag(np.diag(Lam))).max() > 0.2          # really non-diagonal
+    x, _ = sample_tokens(ROT, None, 100_000, 2, rng(0, 1))
+    outer = np.einsum("pi,pj->pij", x[:, 0], x[:, 0])
+    assert_mc_mean(outer, Lam)
+    # the rotation is part of the distribution: the same for every run seed, another for another rotation_seed
+    assert np.allclose(covariance(ROT), Lam)
+    other = {**ROT, "covariance": {**ROT["covariance"], "rotation_seed": 5}}
+    assert not np.allclose(covariance(other), Lam)
+    assert np.allclose(covariance({**ROT, "covariance": [2.5, 1.0, 0.3]}), np.diag([2.5, 1.0, 0.3]))
+
+
+def test_rotated_minimizer_is_full_gamma_inverse():
+    """Least squares over B on rotated-Λ prompts finds Γ⁻¹ of the full matrix, not Λ⁻¹, nor Γ⁻¹
+    of the eigenvalues alone (the rotation forgotten), nor its diagonal."""
+    from icl.data import covariance, rng, sample_tokens
+    from icl.tasks import sample_labels
+    N, P = 5, 200_000
+    Lam = covariance(ROT)
+    g = rng(1, 2)
+    x, _ = sample_tokens(ROT, None, P, N + 1, g)
+    y = sample_labels({"kind": "linear"}, x, g)
+    Bhat, se = ls_fit_B(x[:, :-1], y[:, :-1], x[:, -1], y[:, -1])
+    Gi = lsa.optimal_B(Lam, N)
+    assert np.all(np.abs(Bhat - Gi) / se < K_SE), (Bhat, Gi, se)
+    for wrong in (np.linalg.inv(Lam), lsa.optimal_B([2.5, 1.0, 0.3], N), np.diag(np.diag(Gi))):
+        assert np.max(np.abs(Bhat - wrong) / se) > 10
+
+
+@pytest.mark.parametrize("kind,c", [("none", None), ("scale", 2.0), ("query_only", 2.0),
+                                    ("random_covariance", 1.5), ("random_covariance_indep_query", 1.0)])
+def test_rotated_shift_theory_monte_carlo(kind, c):
+    """icl.evaluate.theory_cell (via icl.shifts) at the optimum and at an arbitrary non-symmetric B,
+    against the MSE and slope of x_qᵀ B m̂ on the evaluation prompts of that shift."""
+    from icl.data import covariance
+    from icl.evaluate import _stats, eval_prompts, theory_cell
+    M = 6
+    spec = {"tokens": ROT, "task": {"kind": "linear"}, "prompts": {"N": 8}, "seed": 3,
+            "evaluate": {"prompts": 200_000}}
+    x, y, _ = eval_prompts(spec, None, kind, c, M, 11)
+    Gi = lsa.optimal_B(covariance(ROT), 8)
+    B = Gi + 0.3 * np.random.default_rng(0).standard_normal((3, 3))     # not symmetric
+    for Bm in (None, B):
+        pred = lsa.lsa_predict(Gi if Bm is None else Bm, x[:, :-1], y[:, :-1], x[:, -1])
+        mse, se, slope, slope_se = _stats(pred[None], y[None, :, -1])
+        th_mse, th_slope = theory_cell(spec, kind, 1.0 if c is None else c, M, B=Bm)
+        assert abs(mse[0] - th_mse) < K_SE * se[0], (Bm is None, mse[0], th_mse)
+        assert abs(slope[0] - th_slope) < K_SE * slope_se[0], (Bm is None, slope[0], th_slope)
+
+
+def test_rotated_thm42_and_closed_forms():
+    from icl.data import covariance
+    Lam = covariance(ROT)
+    rng = np.random.default_rng(15)
+    N, M, P = 12, 5, 200_000
+    w = np.array([1.0, -0.5, 0.8])
+    x, y, xq, yq = sample_prompts(rng, P, M, Lam, w=w)
+    Gi = lsa.optimal_B(Lam, N)
+    e2 = (lsa.lsa_predict(Gi, x, y, xq) - yq) ** 2
+    thm = lsa.zfb_thm42_error(Lam, N, M, w)
+    assert thm == pytest.approx(lsa.risk(Gi, Lam, M, w_cov=np.outer(w, w)))
+    assert_mc_mean(e2, thm)
+    # E_w over N(0, I) of Thm 4.2 is optimum_risk; its closed form holds for a full Λ
+    assert sum(lsa.zfb_thm42_error(Lam, N, M, e) for e in np.eye(3)) == pytest.approx(lsa.optimum_risk(Lam, N, M))
+    t, I = np.trace(Lam), np.eye(3)
+    closed = (np.trace((Lam @ Lam + t * Lam) @ Gi @ Gi @ Lam) / M
+              + np.trace((Lam + t * I) @ (Lam + t * I) @ Gi @ Gi @ Lam) / N**2)
+    assert lsa.optimum_risk(Lam, N, M) == pytest.approx(closed)
+    assert lsa.optimum_risk(Lam, N, N) == pytest.approx(t - np.trace(Lam @ Lam @ Gi))
+    assert lsa.scaled_slope(Lam, N, 2.0) == pytest.approx(4 * np.trace(Gi @ Lam @ Lam) / t)

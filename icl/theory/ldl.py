@@ -105,8 +105,14 @@ def mean_field_curve(V: np.ndarray, p: np.ndarray, L: float, c: float, eta: floa
     Returns (loss[epochs + 1], attn[epochs + 1, K, K]) with attn[t, n, k] = Attn_n for query k.
     No free constant: η, V, p, L, c fully determine the curve.
     """
+    return mean_field_curve_cov(V, p, cosine_label_cov(V, L, c), eta, epochs)
+
+
+def mean_field_curve_cov(V: np.ndarray, p: np.ndarray, C: np.ndarray, eta: float, epochs: int):
+    """mean_field_curve for any task family, given its label covariance C[n, m] = E_f[f(v_n) f(v_m)]
+    (icl.tasks: Task.label_cov)."""
     G = V @ V.T
-    D = diff_cov(cosine_label_cov(V, L, c))
+    D = diff_cov(C)
     S = np.zeros((len(p), len(p)))
     losses, attns = [], []
     for _ in range(epochs + 1):
@@ -115,3 +121,17 @@ def mean_field_curve(V: np.ndarray, p: np.ndarray, L: float, c: float, eta: floa
         attns.append(A)
         S = S - eta * G @ grad @ G
     return np.asarray(losses), np.asarray(attns)
+
+
+def collapse_rate(V: np.ndarray, C: np.ndarray, eta: float) -> float:
+    """The rate of the clock τ = rate · t on which the mean-field curves of every L, c and Δ
+    coincide (orthogonal features of one norm): GD moves S by −η‖v‖⁴ ∂L/∂S, and D, the label
+    differences' covariance, is s times a shape fixed by K and p, with s = E[(f(v_n) − f(v_k))²]
+    (n ≠ k); the loss is linear in D, so S(t) depends on η‖v‖⁴ s t alone. η L² Δ² / K, the
+    theorems' rate, drops the ‖v‖⁴ and label-covariance factors: curves of different Δ or c do
+    not collapse on it."""
+    G = V @ V.T
+    D = diff_cov(C)
+    K = len(V)
+    s = np.mean([D[k, n, n] for k in range(K) for n in range(K) if n != k])
+    return float(eta * np.mean(np.diag(G)) ** 2 * s)

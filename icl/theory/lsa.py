@@ -14,7 +14,11 @@ test time, eq. (3) of the slides); an LSA that keeps dividing by the training N 
 
 Conventions: every `risk*` returns E[(ŷ - y_q)²] (no 1/2) unless `half=True`, which gives the
 project's loss 1/2·E[(ŷ - y_q)²]. Covariances may be given as a d×d matrix or as a vector of
-eigenvalues (read as diag). Everything is numpy float64.
+eigenvalues (read as diag). Every fixed-covariance formula holds for a full, non-diagonal Λ (the
+pipeline's rotated covariances, icl.data.covariance): Γ is a polynomial in Λ, so Λ and Γ^{-1}
+always commute, and nothing assumes a diagonal (tests/test_theory_lsa.py checks the rotated case
+against Monte Carlo). Only the random-covariance forms assume Λ_τ diagonal (ZFB Thm 4.5); they
+hold for any B. Everything is numpy float64.
 
 Derivations (checked against Monte Carlo in tests/test_theory_lsa.py):
 * Gaussian fourth moment (Isserlis): E[x xᵀ A x xᵀ] = Λ(A + Aᵀ)Λ + tr(AΛ)Λ for any A (slides,
@@ -163,7 +167,7 @@ def risk_grad(B, Lam, M: float, Lam_query=None, half: bool = False) -> np.ndarra
 def optimum_risk(Lam, N: float, M: float, half: bool = False) -> float:
     """In-distribution test error of the optimum B = Γ_N^{-1} on prompts of length M (ZFB Thm 4.2).
 
-    With w ~ N(0, I) and Λ, Γ commuting:
+    With w ~ N(0, I) (Λ and Γ commute for any Λ, diagonal or not):
         E[(ŷ - y_q)²] = (1/M) tr[(Λ² + tr(Λ)Λ) Γ^{-2} Λ] + (1/N²) tr[(Λ + tr(Λ)I)² Γ^{-2} Λ],
     which is `zfb_thm42_error` averaged over w (E_w Σ = Λ² + tr(Λ)Λ, E_w aaᵀ = I); at M = N it
     equals tr(Λ) - tr(Λ²Γ^{-1}) (= 2·(ℓ̃_min + tr(Λ)/2) of the slides' Corollary A.2).

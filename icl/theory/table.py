@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from icl.data import eigenvalues, features
+from icl.data import covariance, features
+from icl.tasks import family
 from icl.theory import ldl, lsa
 
 EPS = 1e-2   # the theorems' absolute accuracy ε used for T_star (unit constants)
@@ -18,13 +19,13 @@ def ldl_rows(plan_runs: list[dict]) -> pd.DataFrame:
         tok, task, model = s["tokens"], s["task"], s["model"]
         row = {"run_id": r["run_id"], "regime": None, "L_star": np.nan, "delta_conc": np.nan,
                "T1": np.nan, "T_star": np.nan, "n_phases_pred": pd.NA, "clock_per_epoch": np.nan}
-        if tok["kind"] == "discrete" and "L" in task:
+        if tok["kind"] == "discrete" and family(task["kind"]).ldl:
             K, N, D, L, eta = tok["K"], s["prompts"]["N"], tok["delta"], task["L"], model["lr"]
             reg = ldl.regime(L, K, N, D)
             row.update(regime=reg, L_star=ldl.L_star(K, N, D), delta_conc=ldl.delta_conc(K, N),
                        T1=ldl.T1(K, eta, L, D),
                        T_star=(ldl.T_flat if reg == "flat" else ldl.T_sharp)(K, N, eta, L, D, EPS),
-                       n_phases_pred=ldl.predicted_phases(reg), clock_per_epoch=eta * L**2 * D**2 / K)
+                       n_phases_pred=ldl.predicted_phases(reg), clock_per_epoch=clock_per_epoch(s))
         rows.append(row)
     df = pd.DataFrame(rows)
     df["n_phases_pred"] = df["n_phases_pred"].astype("Int64")
@@ -32,11 +33,21 @@ def ldl_rows(plan_runs: list[dict]) -> pd.DataFrame:
     return df
 
 
+def clock_per_epoch(spec: dict) -> float:
+    """Collapse-clock units per epoch (icl.theory.ldl.collapse_rate) where the task family knows
+    its label covariance (icl.tasks), else the theorems' η L² Δ² / K."""
+    tok, task, eta = spec["tokens"], spec["task"], spec["model"]["lr"]
+    V = features(tok, spec["seed"]).astype(float)
+    C = family(task["kind"]).label_cov(task, V)
+    return ldl.collapse_rate(V, C, eta) if C is not None else eta * task["L"] ** 2 * tok["delta"] ** 2 / tok["K"]
+
+
 def lsa_optimum(spec: dict):
-    """(B, train_kind, scale or eigenvalues) of the LSA optimum for the run's training distribution."""
+    """(B, train_kind, Λ as a d×d matrix or the scale of random covariances) of the LSA optimum
+    for the run's training distribution."""
     tok, N = spec["tokens"], spec["prompts"]["N"]
     if tok["kind"] == "gaussian":
-        lam = eigenvalues(tok)
+        lam = covariance(tok)
         return lsa.optimal_B(lam, N), "gaussian", lam
     if tok["kind"] == "random_covariance":
         return lsa.random_cov_optimal_B(tok["d"], N, tok.get("scale", 1.0)), "random_covariance", tok.get("scale", 1.0)
@@ -48,18 +59,31 @@ def lsa_target(spec: dict):
     return lsa_optimum(spec)[0] if spec["task"]["kind"] == "linear" else None
 
 
+def lsa_target_limit(spec: dict):
+    """The optimum's N → ∞ limit: Λ⁻¹ (fixed covariance), I/(3·scale) (random covariances). A
+    trained LSA must be told apart from it, or the claim that it finds Γ⁻¹ is not tested."""
+    tok = spec["tokens"]
+    if spec["task"]["kind"] != "linear" or tok["kind"] not in ("gaussian", "random_covariance"):
+        return None
+    if tok["kind"] == "gaussian":
+        return np.linalg.inv(covariance(tok))
+    return np.eye(tok["d"]) / (3.0 * tok.get("scale", 1.0))
+
+
 def lsa_rows(plan_runs: list[dict]) -> pd.DataFrame:
-    """target (flattened effective matrix) and the optimum's in-distribution test error at length N."""
+    """target (flattened effective matrix), its N → ∞ limit `target_limit`, and the optimum's
+    in-distribution test error at length N."""
     rows = []
     for r in plan_runs:
         s = r["spec"]
-        B = lsa_target(s)
+        B, lim = lsa_target(s), lsa_target_limit(s)
         mse = np.nan
         if B is not None:
             tok, N = s["tokens"], s["prompts"]["N"]
-            mse = lsa.risk(B, eigenvalues(tok), N) if tok["kind"] == "gaussian" else \
+            mse = lsa.risk(B, covariance(tok), N) if tok["kind"] == "gaussian" else \
                 lsa.random_cov_risk(B, tok["d"], N, scale=tok.get("scale", 1.0))
         rows.append({"run_id": r["run_id"], "target": None if B is None else B.ravel().tolist(),
+                     "target_limit": None if lim is None else lim.ravel().tolist(),
                      "theory_test_mse": mse, "theory_test_loss": 0.5 * mse})
     return pd.DataFrame(rows)
 
@@ -70,16 +94,18 @@ def mean_field_rows(plan_runs: list[dict], log_epochs) -> pd.DataFrame:
     for r in plan_runs:
         s = r["spec"]
         tok, task, model = s["tokens"], s["task"], s["model"]
-        if not (model["kind"] == "softmax_q" and model["optimizer"] == "gd" and tok["kind"] == "discrete"
-                and task["kind"] == "cosine"):
+        if not (model["kind"] == "softmax_q" and model["optimizer"] == "gd" and tok["kind"] == "discrete"):
             continue
         V = features(tok, s["seed"]).astype(float)
+        C = family(task["kind"]).label_cov(task, V)
+        if C is None:   # no closed-form label covariance for this task family: no curve
+            continue
         p = np.asarray(tok.get("probs") or np.full(tok["K"], 1.0 / tok["K"]))
         ep = np.asarray(log_epochs(s["train"]["epochs"], s["train"]["log_every"]))
         # seeds share the curve when the features do not depend on the seed (orthogonal features)
-        key = (V.tobytes(), p.tobytes(), task["L"], task["c"], model["lr"], s["train"]["epochs"], ep.tobytes())
+        key = (V.tobytes(), p.tobytes(), C.tobytes(), model["lr"], s["train"]["epochs"], ep.tobytes())
         if key not in memo:
-            loss, attn = ldl.mean_field_curve(V, p, task["L"], task["c"], model["lr"], s["train"]["epochs"])
+            loss, attn = ldl.mean_field_curve_cov(V, p, C, model["lr"], s["train"]["epochs"])
             memo[key] = (loss, np.array([np.mean(np.diag(a)) for a in attn[ep]]))
         loss, own = memo[key]
         parts.append(pd.DataFrame({"run_id": r["run_id"], "epoch": np.tile(ep, 2),

@@ -1,0 +1,99 @@
+"""Task families: how each draws its labels, and what the theory and the report may say about it.
+
+A family lives in one place: a new one is a class here (registered in TASKS) plus its settings in
+the schema (`$defs.task` of icl/schema/config.schema.yaml). The rest of the package asks it:
+data.py draws labels through `sample_labels`, theory/table.py asks `ldl` and `label_cov`, the
+report asks `ldl` and `scales_with_L` (the scale identity of icl.claims.ldl).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class Task:
+    """A family of functions f, one drawn per prompt; `task` is the config's task section."""
+
+    kind = ""
+    ldl = False          # has a Lipschitz constant L: reported against LDL's flat/sharp theory
+
+    def draw(self, task: dict, x: np.ndarray, g: np.random.Generator) -> np.ndarray:
+        """Labels y (P, T) of tokens x (P, T, d), a fresh function per prompt."""
+        raise NotImplementedError
+
+    def scales_with_L(self, runs) -> bool:
+        """True when these runs (rows with the task's settings as columns, as in runs.parquet)
+        see labels that are L times one function of the same draws. Then a model linear in the
+        labels has Loss(L) = L²·Loss(1) and the data cannot test the theory's L."""
+        return True
+
+    def label_cov(self, task: dict, V: np.ndarray) -> np.ndarray | None:
+        """C[n, m] = E_f[f(v_n) f(v_m)] at the features V (rows), for LDL's mean-field curve;
+        None where the family has no closed form (no curve is drawn)."""
+        return None
+
+
+class Cosine(Task):
+    """LDL §6: f(x) = (L/c)·cos(c·<w,x> + φ), w uniform on the sphere, φ ~ U[0, 2π). Exactly
+    L-Lipschitz. At one c, L only scales the labels; with c tied to L (fixed amplitude L/c) L is
+    the frequency and changes the function's shape."""
+
+    kind, ldl = "cosine", True
+
+    def draw(self, task, x, g):
+        P, _, d = x.shape
+        L, c = task["L"], task["c"]
+        w = g.standard_normal((P, d))
+        w /= np.linalg.norm(w, axis=1, keepdims=True)
+        phi = g.uniform(0.0, 2 * np.pi, size=(P, 1))
+        return (L / c) * np.cos(c * np.einsum("ptd,pd->pt", x, w) + phi)
+
+    def scales_with_L(self, runs):
+        return "c" in runs and runs["c"].nunique() <= 1
+
+    def label_cov(self, task, V):
+        from icl.theory.ldl import cosine_label_cov   # local: the theory is not needed to draw data
+        return cosine_label_cov(V, task["L"], task["c"])
+
+
+class Polynomial(Task):
+    """LDL App. A: f(x) = xᵀAx + bᵀx, A_ij, b_i ~ N(0, (L/d)²); L scales the labels."""
+
+    kind, ldl = "polynomial", True
+
+    def draw(self, task, x, g):
+        P, _, d = x.shape
+        s = task["L"] / d
+        A = s * g.standard_normal((P, d, d))
+        b = s * g.standard_normal((P, d))
+        return np.einsum("pti,pij,ptj->pt", x, A, x) + np.einsum("ptd,pd->pt", x, b)
+
+
+class Linear(Task):
+    """ZFB: f(x) = <w,x>, w ~ N(0, I_d); no L (reported against ZFB, not LDL)."""
+
+    kind = "linear"
+
+    def draw(self, task, x, g):
+        P, _, d = x.shape
+        w = g.standard_normal((P, d))
+        return np.einsum("ptd,pd->pt", x, w)
+
+
+TASKS: dict[str, Task] = {t.kind: t for t in (Cosine(), Polynomial(), Linear())}
+
+
+def family(kind: str) -> Task:
+    try:
+        return TASKS[kind]
+    except KeyError:
+        raise ValueError(f"task.kind: unknown {kind!r}; known: {', '.join(TASKS)}") from None
+
+
+def sample_labels(task: dict, x: np.ndarray, g: np.random.Generator) -> np.ndarray:
+    """y = f(x) with a fresh task function per prompt (first axis of x)."""
+    return family(task["kind"]).draw(task, x, g)
+
+
+def scales_with_L(runs) -> bool:
+    """True when every family among these runs (task_kind column) only scales its labels by L."""
+    return all(family(kind).scales_with_L(group) for kind, group in runs.groupby("task_kind"))
