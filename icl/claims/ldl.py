@@ -131,9 +131,10 @@ def logit_dynamics(q: np.ndarray) -> dict:
     total = q[:, -1] - q[:, 0]
     rise = np.broadcast_to(np.diagonal(total, axis1=1, axis2=2)[:, :, None], (R, K, K))[:, off]
     change = total[:, off]                                         # (R, K(K-1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rate = np.nanmedian(np.where(rise > 0, -change / np.where(rise > 0, rise, 1.0), np.nan), axis=1) \
-            if (rise > 0).any() else np.full(R, np.nan)
+    ratio = np.where(rise > 0, -change / np.where(rise > 0, rise, 1.0), np.nan)
+    some = (rise > 0).any(1)                                       # runs whose own logits rose at all
+    rate = np.full(R, np.nan)
+    rate[some] = np.nanmedian(ratio[some], axis=1)
     inc = np.diff(q, axis=1)[:, :, off]                            # (R, E-1, K(K-1))
     tol = 1e-6 * (np.abs(inc).max(axis=1, keepdims=True) + 1e-30)
     sgn = np.where(np.abs(inc) > tol, np.sign(inc), 0.0)
