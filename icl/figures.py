@@ -66,7 +66,9 @@ def png(fig) -> Figure:
     """The figure as base64 PNG with its drawn rows as base64 CSV (and closed, so long reports do
     not pile up figures)."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    if fig.get_layout_engine() is None:     # laid out once as it is drawn; bbox_inches="tight" draws twice
+        fig.set_layout_engine("tight")
+    fig.savefig(buf, format="png", dpi=110)
     out = Figure(base64.b64encode(buf.getvalue()).decode())
     out.csv = base64.b64encode(drawn_rows(fig).to_csv(index=False, float_format="%.6g").encode()).decode()
     plt.close(fig)

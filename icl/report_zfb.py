@@ -69,7 +69,7 @@ def error_vs_length_figure(shift: pd.DataFrame) -> str:
     for ax in axes.ravel():
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)
-    fig.tight_layout(rect=(0, 0.9 / (3.4 * nrow + 0.9), 1, 1))
+    fig.set_layout_engine("tight", rect=(0, 0.9 / (3.4 * nrow + 0.9), 1, 1))   # room for the shared legend
     fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=3, fontsize=9, frameon=False)
     return png(fig)
 
@@ -117,7 +117,7 @@ def matrix_figure(tabs) -> str | None:
     axes[2].legend(fontsize=7)
     N = int(runs.loc[runs["run_id"] == rid, "N"].iloc[0])
     fig.suptitle(f"effective matrix of one LSA run (N={N}) at the last epoch", fontsize=10)
-    fig.tight_layout()
+    fig.set_layout_engine("tight")
     return png(fig)
 
 

@@ -14,6 +14,7 @@ uniform on the unit sphere of R^d.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -63,11 +64,18 @@ def sphere_cos_mean(r: np.ndarray, d: int) -> np.ndarray:
     r = np.asarray(r, dtype=float)
     if d == 1:
         return np.cos(r)
-    nodes, weights = np.polynomial.legendre.leggauss(256)
-    theta = 0.5 * math.pi * (nodes + 1.0)
-    wgt = weights * np.sin(theta) ** (d - 2)
+    theta, wgt = _sphere_quadrature(d)
     vals = np.cos(r[..., None] * np.cos(theta))
     return (vals * wgt).sum(-1) / wgt.sum()
+
+
+@functools.lru_cache(maxsize=None)
+def _sphere_quadrature(d: int):
+    """Nodes θ and weights of sphere_cos_mean's 256-point Gauss-Legendre rule (made once per d:
+    the rule costs milliseconds, and the theory step asks for it once per run)."""
+    nodes, weights = np.polynomial.legendre.leggauss(256)
+    theta = 0.5 * math.pi * (nodes + 1.0)
+    return theta, weights * np.sin(theta) ** (d - 2)
 
 
 def cosine_label_cov(V: np.ndarray, L: float, c: float) -> np.ndarray:
