@@ -211,6 +211,12 @@ def verdict_rows(experiment: str, exp: dict, tabs: dict, ldl: bool) -> pd.DataFr
     return claims.table(experiment, rows)
 
 
+def _common_domain(rows: pd.DataFrame) -> str:
+    """The domain note most of a model's verdict rows share: said once above its table."""
+    d = rows["domain"][rows["domain"] != ""]
+    return d.mode().iloc[0] if len(d) else ""
+
+
 def key_figure(sections: list[dict], zfb: dict | None) -> str | None:
     """The figure the index shows for an experiment: ZFB's error under shift, else the first loss figure."""
     figs = (zfb or {}).get("figures") or [f for s in sections for f in s["figures"]]
@@ -253,7 +259,7 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str) -> None:
     html = TEMPLATES.get_template("report.html.j2").render(
         experiment=experiment, description=exp.get("description", ""), sections=sections,
         task_kind=exp["task"]["kind"], zfb=zfb, ldl=ldl,
-        verdict_groups=[(m, g.to_dict("records")) for m, g in verdicts.groupby("model", sort=False)],
+        verdict_groups=[(m, g.to_dict("records"), _common_domain(g)) for m, g in verdicts.groupby("model", sort=False)],
         summary=summ.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="—", classes="tbl"),
         diverged=summ[summ["diverged"]].to_dict("records"),
         n_runs=len(runs), n_shards=len(shards),
