@@ -18,7 +18,7 @@ from icl.phases import phases
 from icl.provenance import code_version, stamp
 
 REL_THRESHOLDS = (1e-1, 1e-2, 1e-3)
-ABS_THRESHOLDS = (1e-2, 1e-3, 1e-4)   # the theorems' ε is absolute
+ABS_THRESHOLDS = (1e-2, 1e-3, 1e-4)   # on the loss itself: the theorems' loss ≤ ε² (icl.fits.eps_of)
 
 
 def _tname(prefix: str, x: float) -> str:

@@ -100,7 +100,7 @@ def train_lsa(tmp, epochs, lr):
     """runs / matrices / theory tables of a real LSA (d=3, rotated anisotropic Λ, N=8, two seeds)
     trained through the project's own code, as the report reads them."""
     from icl.config import validate
-    from icl.data import write_dataset
+    from icl.data import ensure_datasets
     from icl.plan import plan
     from icl.tables import read_shard, runs_table, shard_tables
     from icl.theory.table import lsa_rows
@@ -110,12 +110,8 @@ def train_lsa(tmp, epochs, lr):
         "task": {"kind": "linear"}, "prompts": {"N": 8, "train": 200, "test": 100},
         "models": [{"name": "lsa", "kind": "lsa", "optimizer": "adam", "lr": lr}],
         "train": {"epochs": epochs, "log_every": max(1, epochs // 20), "fresh": True}, "sweep": {"seed": [0, 1]}}}})
-    runs = plan(cfg, "z")
-    paths = {}
-    for r in runs:
-        paths.setdefault(r.data_id, str(tmp / f"{r.data_id}.npz"))
-        write_dataset(r.data_spec, paths[r.data_id])
-    recs = [{"run_id": r.run_id, "data_id": r.data_id, "shard": r.shard, "spec": r.spec} for r in runs]
+    recs = [{"run_id": r.run_id, "data_id": r.data_id, "shard": r.shard, "spec": r.spec} for r in plan(cfg, "z")]
+    paths = ensure_datasets(recs, str(tmp))
     train_shard(recs, paths, str(tmp / "s.npz"))
     t = shard_tables(read_shard(str(tmp / "s.npz")))
     return runs_table(recs, "z", "h"), t["matrices"], lsa_rows(recs)

@@ -13,7 +13,7 @@ import torch
 import yaml
 
 from icl.config import ConfigError, validate
-from icl.data import write_dataset
+from icl.data import ensure_datasets
 from icl.evaluate import baselines, evaluate_trained
 from icl.models import SoftmaxQ
 from icl.plan import plan
@@ -75,12 +75,9 @@ def test_feature_oracle_is_what_saturated_attention_computes():
 def trained(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ev")
     cfg = validate(copy.deepcopy(ZFB))
-    runs = [r for r in plan(cfg, "z") if r.spec["model"]["kind"] == "lsa"]
-    paths = {}
-    for r in runs:
-        paths.setdefault(r.data_id, str(tmp / f"{r.data_id}.npz"))
-        write_dataset(r.data_spec, paths[r.data_id])
-    recs = [{"run_id": r.run_id, "data_id": r.data_id, "shard": r.shard, "spec": r.spec} for r in runs]
+    recs = [{"run_id": r.run_id, "data_id": r.data_id, "shard": r.shard, "spec": r.spec}
+            for r in plan(cfg, "z") if r.spec["model"]["kind"] == "lsa"]
+    paths = ensure_datasets(recs, str(tmp))
     train_shard(recs, paths, str(tmp / "lsa.npz"))
     return recs, paths, tmp
 

@@ -221,8 +221,13 @@ def time_vs_L(df: pd.DataFrame, model: str, factor: float = 1.0,
     return rows
 
 
-def late_exponent(curves: pd.DataFrame) -> pd.Series:
-    """a of loss ∝ t^−a over the last decade of logged epochs (or the last half in log t), per run."""
+def late_exponent(df: pd.DataFrame, curves: pd.DataFrame) -> pd.Series:
+    """a of loss ∝ t^−a over the later half (in log t) of each run's logged epochs, aligned with
+    df's rows. Read from the column `late_exponent` where `verdicts` computed it once for every
+    L* factor."""
+    if "late_exponent" in df:
+        return df["late_exponent"]
+    curves = curves[curves["run_id"].isin(df["run_id"])]
     out = {}
     for rid, g in curves.groupby("run_id"):
         g = g[(g["epoch"] > 0) & (g["value"] > 0)]
@@ -232,7 +237,7 @@ def late_exponent(curves: pd.DataFrame) -> pd.Series:
         keep = np.log(t) >= 0.5 * (np.log(t[0]) + np.log(t[-1]))
         if keep.sum() >= 3:
             out[rid] = -fits._ols_slope(np.log(t[keep]), np.log(g["value"].to_numpy(float)[keep]))
-    return pd.Series(out, dtype=float)
+    return pd.Series(out, dtype=float).reindex(df["run_id"]).set_axis(df.index)
 
 
 def time_vs_eps(df: pd.DataFrame, curves: pd.DataFrame, model: str, factor: float = 1.0,
@@ -248,7 +253,7 @@ def time_vs_eps(df: pd.DataFrame, curves: pd.DataFrame, model: str, factor: floa
         return [verdict(cid, NOT_TESTABLE, model=model, prediction="flat: log(1/ε), sharp: 1/ε", measurement="—",
                         reason=why + " (every L traces one relative curve, so flat and sharp cannot differ)")]
     reg = regimes(df, factor)
-    a = late_exponent(curves[curves["run_id"].isin(df["run_id"])])
+    a = late_exponent(df, curves)
     for rg in ("flat", "sharp"):
         g = df[(reg == rg) & df[t_hi].notna() & df[t_lo].notna() & (df[t_hi] > 0)]
         pred = "β ≈ 1/log(K/ε) (T ∝ log 1/ε)" if rg == "flat" else "β ≈ 1 (T ∝ 1/ε)"
@@ -266,7 +271,7 @@ def time_vs_eps(df: pd.DataFrame, curves: pd.DataFrame, model: str, factor: floa
         lo, hi = _boot_median(beta)
         ok = np.isfinite(lo) and lo - EPS_TOL <= th <= hi + EPS_TOL
         v = HOLDS if ok else FAILS
-        ag = a.reindex(g["run_id"]).dropna()
+        ag = a[g.index].dropna()
         rows.append(verdict(cid, v, model=model, group=rg, prediction=f"{pred}: β = {th:.2f} here", value=med,
                             ci_lo=lo, ci_hi=hi, domain=domain(df, float(np.median(e_lo))),
                             reason="" if ok else f"the theory's β = {th:.2f} lies outside [{fmt(lo)}, {fmt(hi)}] ± {EPS_TOL}",
@@ -384,7 +389,7 @@ def phase_boundary(df: pd.DataFrame, curves: pd.DataFrame, model: str) -> list[d
                     + f"; slope {slope:.2f}")]
 
 
-def step_size(df: pd.DataFrame, stability: pd.DataFrame, model: str, factor: float = 1.0) -> list[dict]:
+def step_size(df: pd.DataFrame, stability: pd.DataFrame, model: str) -> list[dict]:
     """The largest stable GD learning rate falls with L (Spearman ρ < −0.5 in every group: holds;
     ρ > 0 in every group: fails)."""
     cid, pred = "ldl.step_size", "largest stable lr decreases with L"
@@ -476,16 +481,18 @@ def verdicts(tabs: dict, model: str, flat_max_L: float | None = None) -> list[di
     config's report.flat_max_L) replaces L* as the flat/sharp split, in the figures too."""
     df, n_div = runs_frame(tabs, model)
     if df.empty:
-        return [verdict(cid, UNSURE, model=model, prediction="—", measurement=f"all {n_div} runs diverged",
-                        reason="every run of this model diverged") for cid in ("ldl.attention_to_one",)]
+        return [verdict("ldl.attention_to_one", UNSURE, model=model, prediction="—",
+                        measurement=f"all {n_div} runs diverged", reason="every run of this model diverged")]
     if flat_max_L is not None:
         df = df.assign(L_star=float(flat_max_L))
     curves = tabs["curves"][tabs["curves"]["metric"] == "train_loss"]
-    if not scale_identity(df):
+    if not scale_identity(df):     # measured once here, read by the claims at every L* factor
         df = df.assign(n_phases_common=phases_in_common_range(df, curves))
+        if (df["optimizer"] == "gd").all():
+            df = df.assign(late_exponent=late_exponent(df, curves))
     return [*attention_to_one(df, model), *offdiag_logits(df, model),
             *lstar_robust(phases_claim, df, curves, model), *lstar_robust(time_vs_L, df, model),
             *lstar_robust(time_vs_eps, df, curves, model), *lstar_robust(transition_at_Lstar, df, curves, model),
             *phase_boundary(df, curves, model),
-            *lstar_robust(step_size, df, tabs["stability"], model), *unseen_functions(df, model),
+            *step_size(df, tabs["stability"], model), *unseen_functions(df, model),
             *mean_field(df, curves, tabs["theory_curves"], model)]
