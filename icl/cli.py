@@ -99,8 +99,8 @@ def cmd_evaluate(args) -> None:
 def cmd_tables(args) -> None:
     from icl.tables import aggregate
     t = time.time()
-    tables = aggregate(args.runs, args.shards, args.outdir, args.shift)
-    print(f"tables: {len(tables['summary'])} runs in {time.time() - t:.2f}s", file=sys.stderr)
+    summary = aggregate(args.runs, args.shards, args.outdir, args.shift, processes=args.processes)
+    print(f"tables: {len(summary)} runs in {time.time() - t:.2f}s", file=sys.stderr)
 
 
 def cmd_theory(args) -> None:
@@ -114,21 +114,10 @@ def cmd_theory(args) -> None:
     write_parquet(mean_field_rows(pl["runs"], log_epochs), args.curves, meta)
 
 
-def cmd_analysis(args) -> None:
-    from icl.fits import convergence_slopes, max_stable_lr
-    from icl.provenance import stamp
-    from icl.tables import read_parquet, write_parquet
-    t = {k: read_parquet(os.path.join(args.results, f"{k}.parquet")) for k in ("runs", "summary", "theory")}
-    meta = stamp(str(t["runs"]["config_hash"].iloc[0]))
-    write_parquet(convergence_slopes(t["runs"], t["summary"], t["theory"]),
-                  os.path.join(args.results, "slopes.parquet"), meta)
-    write_parquet(max_stable_lr(t["runs"], t["summary"]), os.path.join(args.results, "stability.parquet"), meta)
-
-
 def cmd_report(args) -> None:
     from icl.report import render
     pl = _read_plan(args.plan)
-    render(pl["experiment"], pl["config"], args.results, args.out)
+    render(pl["experiment"], pl["config"], args.results, args.out, processes=args.processes)
     print(f"wrote {args.out}", file=sys.stderr)
 
 
@@ -186,6 +175,8 @@ def main(argv=None) -> None:
     s.add_argument("--runs", required=True)
     s.add_argument("--outdir", required=True)
     s.add_argument("--shift", nargs="*", default=[], help="the shards' shift.parquet files (from `icl evaluate`)")
+    s.add_argument("--processes", type=int, default=1,
+                   help="with 2 or more, the summaries are made in a second process while the tables are written")
     s.add_argument("shards", nargs="+")
     s.set_defaults(fn=cmd_tables)
     s = sub.add_parser("theory", help="write theory.parquet and theory_curves.parquet for a plan")
@@ -193,13 +184,12 @@ def main(argv=None) -> None:
     s.add_argument("--out", required=True)
     s.add_argument("--curves", required=True)
     s.set_defaults(fn=cmd_theory)
-    s = sub.add_parser("analysis", help="convergence-time slopes and stability from the tables")
-    s.add_argument("--results", required=True)
-    s.set_defaults(fn=cmd_analysis)
-    s = sub.add_parser("report", help="render reports/<experiment>.html")
+    s = sub.add_parser("report", help="convergence-time slopes, stability and verdicts from the tables; "
+                                      "render reports/<experiment>.html")
     s.add_argument("--plan", required=True)
     s.add_argument("--results", required=True)
     s.add_argument("--out", required=True)
+    s.add_argument("--processes", type=int, default=1, help="draw the figures in this many processes (default 1)")
     s.set_defaults(fn=cmd_report)
     s = sub.add_parser("index", help="render reports/index.html")
     s.add_argument("--experiments", required=True, help="JSON mapping name -> experiment")

@@ -6,14 +6,25 @@ allowed, so that the workflow stops before any job with something a person can a
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
 
-SCHEMA = yaml.safe_load((Path(__file__).parent / "schema" / "config.schema.yaml").read_text())
+
+@functools.cache
+def config_schema() -> dict:
+    """The config schema, read when first used: every step imports this module (for
+    ConfigError), few validate a config."""
+    return yaml.safe_load((Path(__file__).parent / "schema" / "config.schema.yaml").read_text())
+
+
+def __getattr__(name: str):
+    if name == "SCHEMA":            # icl.config.SCHEMA, as before
+        return config_schema()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ConfigError(ValueError):
@@ -56,7 +67,8 @@ def _describe(err: jsonschema.ValidationError) -> str:
 
 
 def _schema_errors(cfg: dict) -> None:
-    validator = jsonschema.Draft202012Validator(SCHEMA)
+    import jsonschema       # 0.1 s to import: only where a config is validated
+    validator = jsonschema.Draft202012Validator(config_schema())
     errors = list(validator.iter_errors(cfg))
     if not errors:
         return
@@ -73,7 +85,7 @@ def _schema_errors(cfg: dict) -> None:
 def _fill_defaults(node: Any, schema: dict) -> Any:
     """Apply the schema's `default`s (also inside if/then branches) so every run spec is complete."""
     if "$ref" in schema:
-        schema = SCHEMA["$defs"][schema["$ref"].split("/")[-1]]
+        schema = config_schema()["$defs"][schema["$ref"].split("/")[-1]]
     if isinstance(node, dict):
         branches = [schema]
         for sub in schema.get("allOf", []):
@@ -170,7 +182,7 @@ def _sweep_values_ok(name: str, exp: dict) -> None:
                     raise ConfigError(f"{where}.{key}: {e.args[0]}") from None
             try:
                 _schema_errors({"experiments": {name: trial}})
-                check_experiment(_fill_defaults({"experiments": {name: trial}}, SCHEMA)["experiments"][name], name)
+                check_experiment(_fill_defaults({"experiments": {name: trial}}, config_schema())["experiments"][name], name)
             except ConfigError as e:
                 what = ": the point " + ", ".join(f"{k}={v!r}" for k, v in zip(keys, point)) if zipped else \
                     f".{keys[0]}: value {point[0]!r}"
@@ -186,7 +198,7 @@ def validate(raw: dict) -> dict:
     if isinstance(flag, str) and flag.lower() in ("true", "false"):   # from `--config key=true`
         cfg["rerun_on_code_change"] = flag.lower() == "true"
     _schema_errors(cfg)
-    cfg = _fill_defaults(cfg, SCHEMA)
+    cfg = _fill_defaults(cfg, config_schema())
     for name, exp in cfg["experiments"].items():
         check_experiment(exp, name)
         _sweep_values_ok(name, exp)

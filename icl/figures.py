@@ -3,6 +3,7 @@ report is one file and every figure's data can be taken away without rerunning P
 from __future__ import annotations
 
 import base64
+import functools
 import io
 
 import matplotlib
@@ -12,6 +13,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
+
+from icl.parallel import Forked  # noqa: E402
 
 QUALITATIVE = sns.color_palette("colorblind")   # for unordered things (models, features, baselines)
 
@@ -23,10 +26,52 @@ def palette(values) -> dict:
     return dict(zip(vals, sns.color_palette("viridis", len(vals))))
 
 
-class Figure(str):
-    """A figure's base64 PNG (what templates put in <img src>), carrying `csv`: base64 of the
-    tidy rows it draws (panel, series, x, y, value)."""
-    csv: str = ""
+class Figure:
+    """A report's figure: str() is its base64 PNG (what templates put in <img src>), `csv` base64
+    of the tidy rows it draws (panel, series, x, y, value). Drawn when first asked for, or
+    beforehand by draw_all, several at a time. A figure made `later` is built there too, by its
+    figure function, which may find nothing to draw: then the Figure is false."""
+
+    def __init__(self, fig=None, build=None):
+        self.fig, self.build = fig, build
+        self._png = self._csv = None
+
+    def __str__(self) -> str:
+        if self._png is None:
+            self.done(*self.render())
+        return self._png
+
+    def __bool__(self) -> bool:
+        return bool(str(self))
+
+    @property
+    def csv(self) -> str:
+        str(self)
+        return self._csv
+
+    def render(self) -> tuple[str, str]:
+        """(base64 PNG, base64 CSV), built first if made `later`; ("", "") if nothing to draw."""
+        fig = self.fig
+        if self.build is not None:
+            made = self.build()
+            if made is None:
+                return "", ""
+            fig = made.fig
+        try:
+            return _drawn(fig)
+        finally:
+            plt.close(fig)      # long reports do not pile up figures
+
+    def done(self, png_b64: str, csv_b64: str) -> None:
+        self._png, self._csv = png_b64, csv_b64
+        if self.fig is not None:
+            plt.close(self.fig)
+
+
+def later(figure_function, *args, **kwargs) -> Figure:
+    """figure_function(*args, **kwargs) (which returns png(fig) or None), called when drawn: by
+    draw_all in a worker, so building the figure is shared out as well as drawing it."""
+    return Figure(build=functools.partial(figure_function, *args, **kwargs))
 
 
 def drawn_rows(fig) -> pd.DataFrame:
@@ -62,14 +107,25 @@ def drawn_rows(fig) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True).reindex(columns=cols) if parts else pd.DataFrame(columns=cols)
 
 
-def png(fig) -> Figure:
-    """The figure as base64 PNG with its drawn rows as base64 CSV (and closed, so long reports do
-    not pile up figures)."""
+def _drawn(fig) -> tuple[str, str]:
+    """(base64 PNG, base64 CSV of the drawn rows) of a figure."""
     buf = io.BytesIO()
     if fig.get_layout_engine() is None:     # laid out once as it is drawn; bbox_inches="tight" draws twice
         fig.set_layout_engine("tight")
     fig.savefig(buf, format="png", dpi=110)
-    out = Figure(base64.b64encode(buf.getvalue()).decode())
-    out.csv = base64.b64encode(drawn_rows(fig).to_csv(index=False, float_format="%.6g").encode()).decode()
-    plt.close(fig)
-    return out
+    return (base64.b64encode(buf.getvalue()).decode(),
+            base64.b64encode(drawn_rows(fig).to_csv(index=False, float_format="%.6g").encode()).decode())
+
+
+def png(fig) -> Figure:
+    """The figure as a report figure, drawn later (draw_all) or when first shown."""
+    return Figure(fig)
+
+
+def draw_all(figures: list, processes: int = 1) -> None:
+    """Build and draw every figure not yet drawn, in `processes` forked workers where there are
+    several (figures are most of a report's time, and each is independent of the others)."""
+    pending = [f for f in figures if f is not None and f._png is None]
+    work = Forked(Figure.render, pending, processes if processes > 1 and len(pending) > 1 else 0)
+    for f, drawn in zip(pending, work.results()):
+        f.done(*drawn)

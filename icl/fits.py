@@ -75,14 +75,16 @@ def slope_with_bootstrap(df: pd.DataFrame, tcol: str, seed: int = 0):
     x, y = np.log(ok["L"].to_numpy(float)), np.log(ok[tcol].to_numpy(float))
     slope = _ols_slope(x, y)
     seeds = ok["seed"].to_numpy()
-    uniq = np.unique(seeds)
-    rng = np.random.default_rng(seed)
-    boots = []
-    groups = {s: np.flatnonzero(seeds == s) for s in uniq}
-    for _ in range(N_BOOT):
-        pick = np.concatenate([groups[s] for s in rng.choice(uniq, size=len(uniq))])
-        if np.unique(x[pick]).size >= 2:
-            boots.append(_ols_slope(x[pick], y[pick]))
+    uniq, which = np.unique(seeds, return_inverse=True)
+    # a resample of whole seeds is a weighted fit: row weight = how often its seed was drawn
+    draws = np.random.default_rng(seed).integers(0, len(uniq), size=(N_BOOT, len(uniq)))
+    counts = np.bincount((draws + len(uniq) * np.arange(N_BOOT)[:, None]).ravel(), minlength=N_BOOT * len(uniq))
+    w = counts.reshape(N_BOOT, len(uniq))[:, which].astype(float)
+    sw, sx, sy = w.sum(1), w @ x, w @ y
+    xc = x[None, :] - (sx / sw)[:, None]          # x centred on each resample's weighted mean
+    den = (w * xc * xc).sum(1)
+    num = (w * xc * (y[None, :] - (sy / sw)[:, None])).sum(1)
+    boots = (num / den)[den > 1e-12 * (w * x * x).sum(1)]   # a resample of a single L has no slope
     # two seeds give three distinct resamples: no interval worth the name
     lo, hi = (np.percentile(boots, [2.5, 97.5]) if len(uniq) >= 3 else (np.nan, np.nan))
     return slope, float(lo), float(hi), len(ok), n_missing

@@ -21,9 +21,9 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 from jinja2 import Environment, FileSystemLoader, select_autoescape  # noqa: E402
 
-from icl import claims, report_ldl, report_zfb, tasks  # noqa: E402
+from icl import claims, fits, report_ldl, report_zfb, tasks  # noqa: E402
 from icl.claims import ldl as claims_ldl, zfb as claims_zfb  # noqa: E402
-from icl.figures import QUALITATIVE, palette, png  # noqa: E402
+from icl.figures import QUALITATIVE, Figure, draw_all, later, palette, png  # noqa: E402
 from icl.files import atomic_path  # noqa: E402
 from icl.timing import summary_line, timing_table  # noqa: E402
 from icl.provenance import code_hash, code_version, package_versions, stamp  # noqa: E402
@@ -47,7 +47,7 @@ def _band(ax, df: pd.DataFrame, x: str, y: str, label: str, color, log: bool) ->
 
 
 def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test: bool = False,
-                colours: dict | None = None) -> str | None:
+                colours: dict | None = None) -> Figure | None:
     """Train loss per L (or per another run column, `by`), median and min-max band over seeds;
     the mean-field curve dashed; with `test`, the test loss on fresh prompts dotted. `colours`:
     the report's colour of each value (figures.palette), so an L looks the same everywhere."""
@@ -79,7 +79,7 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
     return png(fig)
 
 
-def attention_scores_figure(attn, runs, L, K, tag: str = "") -> str:
+def attention_scores_figure(attn, runs, L, K, tag: str = "") -> Figure:
     """Attn_1 (own score of v_1) and Attn_{k,1}: mass a query with feature 1 puts on feature k."""
     ids = runs.loc[runs["L"] == L, "run_id"]
     df = attn[attn["run_id"].isin(ids) & (attn["query_feature"] == 0)]
@@ -96,7 +96,7 @@ def attention_scores_figure(attn, runs, L, K, tag: str = "") -> str:
     return png(fig)
 
 
-def attention_maps_figure(attn, runs, L, epochs_all, tag: str = "") -> str:
+def attention_maps_figure(attn, runs, L, epochs_all, tag: str = "") -> Figure:
     ids = runs.loc[runs["L"] == L, "run_id"]
     df = attn[attn["run_id"].isin(ids)]
     picks = sorted({epochs_all[int(round(q * (len(epochs_all) - 1)))] for q in (0, 0.1, 0.25, 0.5, 1.0)})
@@ -141,48 +141,49 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
                 "split": f"all {n_div} runs diverged: nothing to draw", "figures": [], "maps": [],
                 "theory_figures": []}
     curves = tables["curves"][tables["curves"]["run_id"].isin(r["run_id"])]
-    attn = tables["attention"][tables["attention"]["run_id"].isin(r["run_id"])]
     figs = []
     th = tables["theory_curves"]
     if r["L"].notna().any():
         flat, sharp, thr, how = split_L(r, exp)
         colours = palette(tables["runs"]["L"])           # every L of the experiment: one colour each
-        fa = loss_figure(curves, r, flat, "(a) loss, flat set", th, colours=colours)
-        fb = loss_figure(curves, r, sharp, "(b) loss, sharp set", th, colours=colours)
-        figs += [f for f in (fa, fb) if f]
+        figs += [later(loss_figure, curves, r, flat, "(a) loss, flat set", th, colours=colours),
+                 later(loss_figure, curves, r, sharp, "(b) loss, sharp set", th, colours=colours)]
     else:                      # tasks without a Lipschitz constant (linear): one figure, by prompt length
         flat, sharp = [], []
         how = "loss by training prompt length N (the task has no Lipschitz constant L)"
-        figs.append(loss_figure(curves, r, sorted(r["N"].unique().tolist()), "loss over training", by="N", test=True,
-                                colours=palette(tables["runs"]["N"])))
-    if not len(attn) and curves["metric"].isin(["attn_entropy", "attn_knn"]).any():   # the LSA has no attention
-        figs.append(attention_summary_figure(curves, r, palette(tables["runs"]["L"])))
+        figs.append(later(loss_figure, curves, r, sorted(r["N"].unique().tolist()), "loss over training", by="N",
+                          test=True, colours=palette(tables["runs"]["N"])))
+    # attention of discrete tokens: one L of each regime per K (maps of different K do not average)
+    Ks = sorted(r["K"].dropna().unique().tolist())
+    drawn = []
+    for K in Ks:
+        rk = r[r["K"] == K]
+        flat_k = [L for L in flat if L in set(rk["L"])]
+        sharp_k = [L for L in sharp if L in set(rk["L"])]
+        drawn += [(K, rk, L) for L in flat_k[:1] + ([min(sharp_k, key=lambda L: abs(L - 1.0))] if sharp_k else [])]
+    # only the drawn runs' rows: the whole table is millions of rows at sweep scale
+    attn = tables["attention"]([rid for _, rk, L in drawn for rid in rk.loc[rk["L"] == L, "run_id"]])
+    if not len(attn) and curves["metric"].isin(["attn_entropy", "attn_knn"]).any():   # continuous tokens
+        figs.append(later(attention_summary_figure, curves, r, palette(tables["runs"]["L"])))
     maps = []
     if len(attn):
         epochs_all = sorted(attn["epoch"].unique().tolist())
-        Ks = sorted(r["K"].dropna().unique().tolist())
-        for K in Ks:                       # maps of different K do not average: one set per K
-            rk = r[r["K"] == K]
+        for K, rk, L in drawn:
             tag = f", K={K}" if len(Ks) > 1 else ""
-            flat_k = [L for L in flat if L in set(rk["L"])]
-            sharp_k = [L for L in sharp if L in set(rk["L"])]
-            chosen = flat_k[:1] + ([min(sharp_k, key=lambda L: abs(L - 1.0))] if sharp_k else [])
-            for L in chosen:
-                figs.append(attention_scores_figure(attn, rk, L, int(K), tag))
-                maps.append(attention_maps_figure(attn, rk, L, epochs_all, tag))
+            figs.append(later(attention_scores_figure, attn, rk, L, int(K), tag))
+            maps.append(later(attention_maps_figure, attn, rk, L, epochs_all, tag))
     if n_div:
         how += f"; {n_div} diverged run(s) left out of these figures (listed above)"
     if not ldl:
         return {"name": name, "kind": r["model_kind"].iloc[0], "optimizer": r["optimizer"].iloc[0],
                 "split": how, "figures": figs, "maps": maps, "theory_figures": []}
-    theory_figs = [f for f in (report_ldl.collapse_figure(tables, name), report_ldl.slope_figure(tables, name),
-                               report_ldl.stability_figure(tables, name),
-                               *report_ldl.phase_diagram_figures(tables, name)) if f]
+    theory_figs = [later(report_ldl.collapse_figure, tables, name), later(report_ldl.slope_figure, tables, name),
+                   later(report_ldl.stability_figure, tables, name), *report_ldl.phase_diagram_figures(tables, name)]
     return {"name": name, "kind": r["model_kind"].iloc[0], "optimizer": r["optimizer"].iloc[0],
             "split": how, "figures": figs, "maps": maps, "theory_figures": theory_figs}
 
 
-def attention_summary_figure(curves, runs, colours: dict) -> str:
+def attention_summary_figure(curves, runs, colours: dict) -> Figure:
     """For continuous tokens: attention entropy and the mass on the nearest 10% of tokens."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
     Ls = sorted(runs["L"].dropna().unique()) or [None]
@@ -217,25 +218,37 @@ def _common_domain(rows: pd.DataFrame) -> str:
     return d.mode().iloc[0] if len(d) else ""
 
 
-def key_figure(sections: list[dict], zfb: dict | None) -> str | None:
+def key_figure(sections: list[dict], zfb: dict | None) -> Figure | None:
     """The figure the index shows for an experiment: ZFB's error under shift, else the first loss figure."""
     figs = (zfb or {}).get("figures") or [f for s in sections for f in s["figures"]]
     return figs[0] if figs else None
 
 
-def render(experiment: str, exp: dict, results_dir: str, out_path: str) -> None:
-    """reports/<experiment>.html, and for the index results/<experiment>/verdicts.parquet and
-    thumbnail.png (the key figure)."""
+def analyse(tabs: dict, results_dir: str) -> None:
+    """slopes.parquet and stability.parquet (icl.fits): measurements across runs, made here, as the
+    report is the step that reads every table they need."""
+    meta = stamp(str(tabs["runs"]["config_hash"].iloc[0]))
+    tabs["slopes"] = fits.convergence_slopes(tabs["runs"], tabs["summary"], tabs["theory"])
+    tabs["stability"] = fits.max_stable_lr(tabs["runs"], tabs["summary"])
+    for k in ("slopes", "stability"):
+        write_parquet(tabs[k], os.path.join(results_dir, f"{k}.parquet"), meta)
+
+
+def render(experiment: str, exp: dict, results_dir: str, out_path: str, processes: int = 1) -> None:
+    """reports/<experiment>.html, results/<experiment>/slopes.parquet and stability.parquet, and for
+    the index verdicts.parquet and thumbnail.png (the key figure). Figures are drawn by `processes`."""
     tabs = {k: read_parquet(os.path.join(results_dir, f"{k}.parquet"))
-            for k in ("runs", "curves", "attention", "summary", "theory", "theory_curves", "slopes",
-                      "stability", "shift")}
+            for k in ("runs", "curves", "summary", "theory", "theory_curves", "shift")}
+    attention = os.path.join(results_dir, "attention.parquet")
+    tabs["attention"] = lambda ids: read_parquet(attention, run_ids=ids)
     # the report reads only the LSA's effective matrix: softmax_q's logits reach it through summary's qoff_*
     tabs["matrices"] = read_parquet(os.path.join(results_dir, "matrices.parquet"), filters=[("name", "==", "effective")])
+    analyse(tabs, results_dir)
     zfb = None
     if len(tabs["shift"]):
         clean = report_zfb._lsa_rows(tabs)
-        zfb = {"figures": [f for f in (report_zfb.error_vs_length_figure(clean), report_zfb.matrix_figure(tabs),
-                                       report_zfb.slope_figure(clean)) if f],
+        zfb = {"figures": [later(report_zfb.error_vs_length_figure, clean), later(report_zfb.matrix_figure, tabs),
+                           later(report_zfb.slope_figure, clean)],
                "notes": report_zfb.SOURCE_NOTES,
                "predictors": report_zfb.predictor_table(clean)}
     runs = tabs["runs"]
@@ -244,6 +257,10 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str) -> None:
     ldl = tasks.family(exp["task"]["kind"]).ldl
     sections = [model_section(m, runs, tabs, exp, ldl) for m in runs["model"].unique()]
     verdicts = verdict_rows(experiment, exp, tabs, ldl)
+    figure_lists = [s[k] for s in sections for k in ("figures", "maps", "theory_figures")] + ([zfb["figures"]] if zfb else [])
+    draw_all([f for figs in figure_lists for f in figs], processes)
+    for figs in figure_lists:       # those whose figure function found nothing to draw go
+        figs[:] = [f for f in figs if f]
     summ = runs[["run_id", "model", "L", "seed", "lr"]].merge(tabs["summary"], on="run_id")
     cols = ["model", "L", "seed", "lr", "loss0", "final_train_loss", "final_test_loss", "attn_own_final",
             "t_rel_1e-1", "t_rel_1e-2", "t_rel_1e-3", "diverged"]
@@ -273,7 +290,7 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str) -> None:
                   stamp(str(runs["config_hash"].iloc[0])))
     thumb = key_figure(sections, zfb)
     with atomic_path(os.path.join(results_dir, "thumbnail.png")) as tmp, open(tmp, "wb") as fh:
-        fh.write(base64.b64decode(thumb) if thumb else b"")
+        fh.write(base64.b64decode(str(thumb)) if thumb else b"")
     _write(out_path, html)
 
 

@@ -7,7 +7,7 @@ import pandas as pd
 import matplotlib.pyplot as plt
 
 from icl import fits
-from icl.figures import QUALITATIVE, palette, png
+from icl.figures import QUALITATIVE, Figure, later, palette, png
 from icl.theory import ldl
 
 
@@ -17,7 +17,7 @@ def _runs(tabs):
     return df[~df["diverged"]]
 
 
-def collapse_figure(tabs, model) -> str | None:
+def collapse_figure(tabs, model) -> Figure | None:
     """loss / loss₀ of every L on one panel against the collapse clock τ (theory.parquet's
     clock_per_epoch: η‖v‖⁴ times the label-difference variance, icl.theory.ldl.collapse_rate), on
     which the mean-field curves of all L, c and Δ coincide; the mean-field curve dashed."""
@@ -51,7 +51,7 @@ def collapse_figure(tabs, model) -> str | None:
     return png(fig)
 
 
-def slope_figure(tabs, model, tcol="t_rel_1e-2") -> str | None:
+def slope_figure(tabs, model, tcol="t_rel_1e-2") -> Figure | None:
     """Convergence time against L, one fitted line per row of slopes.parquet (regime × group)."""
     sl = tabs["slopes"]
     sl = sl[(sl["model"] == model) & (sl["threshold"] == tcol) & sl["slope"].notna()]
@@ -87,7 +87,7 @@ def slope_figure(tabs, model, tcol="t_rel_1e-2") -> str | None:
     return png(fig)
 
 
-def stability_figure(tabs, model) -> str | None:
+def stability_figure(tabs, model) -> Figure | None:
     st = tabs["stability"][tabs["stability"]["model"] == model]
     if st.empty or st["lrs_tried"].max() < 2:
         return None
@@ -108,16 +108,16 @@ def stability_figure(tabs, model) -> str | None:
     return png(fig)
 
 
-def phase_diagram_figures(tabs, model, tcol="t_rel_1e-2") -> list[str]:
+def phase_diagram_figures(tabs, model, tcol="t_rel_1e-2") -> list[Figure]:
     """One Δ × L phase diagram per (K, N) of the sweep (L* depends on both)."""
     df = _runs(tabs)
     df = df[(df["model"] == model) & df["K"].notna()]
     groups = list(df.groupby(["K", "N"]))
-    return [f for (K, N), g in groups
-            if (f := phase_diagram_figure(g, int(K), int(N), tcol, f" (K={K}, N={N})" if len(groups) > 1 else ""))]
+    return [later(phase_diagram_figure, g, int(K), int(N), tcol, f" (K={K}, N={N})" if len(groups) > 1 else "")
+            for (K, N), g in groups]
 
 
-def phase_diagram_figure(df, K, N, tcol, tag="") -> str | None:
+def phase_diagram_figure(df, K, N, tcol, tag="") -> Figure | None:
     if df["delta"].nunique() < 2 or df["L"].nunique() < 3:
         return None
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))

@@ -7,7 +7,7 @@ import pandas as pd
 import matplotlib.pyplot as plt
 import seaborn as sns
 
-from icl.figures import QUALITATIVE, palette, png
+from icl.figures import QUALITATIVE, Figure, palette, png
 from icl.claims.zfb import healthy_shift
 
 SOURCE_NOTES = [
@@ -29,7 +29,7 @@ def _cell(df, kind, c):
     return df[(df["shift"] == kind) & ((df["c"] == c) | (df["c"].isna() & pd.isna(c)))]
 
 
-def error_vs_length_figure(shift: pd.DataFrame) -> str:
+def error_vs_length_figure(shift: pd.DataFrame) -> Figure:
     """MSE against test length M, one panel per shift; LSA per training N, its limit dashed."""
     cells = _cells(shift)
     ncol = min(2, len(cells))      # two panels a row: legible at the page's width, without zooming
@@ -85,7 +85,7 @@ def predictor_table(shift: pd.DataFrame) -> str:
     return t.reset_index().to_html(index=False, float_format=lambda v: f"{v:.3g}", na_rep="—", classes="tbl")
 
 
-def matrix_figure(tabs) -> str | None:
+def matrix_figure(tabs) -> Figure | None:
     gone = set(tabs["summary"].loc[tabs["summary"]["diverged"], "run_id"])
     runs = tabs["runs"][(tabs["runs"]["model_kind"] == "lsa") & ~tabs["runs"]["run_id"].isin(gone)]
     if runs.empty:
@@ -121,7 +121,7 @@ def matrix_figure(tabs) -> str | None:
     return png(fig)
 
 
-def slope_figure(shift: pd.DataFrame) -> str | None:
+def slope_figure(shift: pd.DataFrame) -> Figure | None:
     d = shift[(shift["shift"] == "scale") & shift["predictor"].isin(["lsa", "lsa_limit"])]
     if d.empty:
         return None

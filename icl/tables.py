@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import ExitStack
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from icl.claims.ldl import logit_dynamics
 from icl.files import atomic_path
+from icl.parallel import Forked
 from icl.phases import phases
 from icl.provenance import code_version, stamp
 
@@ -40,12 +43,18 @@ def read_provenance(path: str) -> dict:
     return json.loads(md[b"icl"]) if b"icl" in md else {}
 
 
-def read_parquet(path: str, **kw) -> pd.DataFrame:
-    """A table, or an error that names the file and what to do; `kw` go to pandas (columns, filters)."""
+def read_parquet(path: str, run_ids=None, **kw) -> pd.DataFrame:
+    """A table, or an error that names the file and what to do. `run_ids`: only those runs' rows
+    of a long table (curves, attention, matrices), the filter evaluated on the file's dictionary
+    of ids, not on millions of decoded strings. `kw` go to pandas (columns, filters)."""
     if not os.path.exists(path):
         raise RuntimeError(f"table {path} not found; run snakemake to build it (is the path right?)")
     try:
-        return pd.read_parquet(path, **kw)
+        if run_ids is None:
+            return pd.read_parquet(path, **kw)
+        t = pq.read_table(path, read_dictionary=["run_id"],
+                          filters=pc.field("run_id").isin(pa.array(list(run_ids), type=pa.string())))
+        return t.set_column(0, "run_id", t["run_id"].cast(pa.string())).to_pandas()
     except Exception as e:
         raise RuntimeError(f"table {path} is unreadable ({type(e).__name__}: {e}); delete it and rerun "
                            "snakemake to rebuild it") from None
@@ -118,45 +127,67 @@ def crossing_time(ratio: np.ndarray, epochs: np.ndarray, x: float) -> pd.array:
     return pd.array(np.where(hit.any(1), t, np.nan), dtype="Float64")
 
 
-def take_text(values, index: np.ndarray):
-    """values[index] as a string column, built in Arrow: no Python string per row (a 720-run
-    sweep logged every epoch has 6 M rows of run ids)."""
-    arr = pa.DictionaryArray.from_arrays(pa.array(np.asarray(index, dtype=np.int32)),
-                                         pa.array(np.asarray(values, dtype=str), type=pa.large_string()))
-    return pd.array(arr.cast(pa.large_string()), dtype="str")
+TEXT = pa.dictionary(pa.int32(), pa.string())      # run ids, metric and matrix names
+LONG_SCHEMAS = {   # the long tables, written shard by shard (DESIGN §5)
+    "curves": pa.schema([("run_id", TEXT), ("epoch", pa.int64()), ("metric", TEXT), ("value", pa.float64())]),
+    "attention": pa.schema([("run_id", TEXT), ("epoch", pa.int64()), ("query_feature", pa.int64()),
+                            ("key_feature", pa.int64()), ("attn", pa.float64())]),
+    "matrices": pa.schema([("run_id", TEXT), ("epoch", pa.int64()), ("name", TEXT), ("i", pa.int64()),
+                           ("j", pa.int64()), ("value", pa.float64())]),
+}
 
 
-def shard_tables(sh: dict) -> dict[str, pd.DataFrame]:
-    """curves / attention / matrices / summary rows of one shard's arrays."""
+def long_writer(path: str, schema: pa.Schema) -> pq.ParquetWriter:
+    """A parquet writer for millions of rows: ids and integers dictionary-encoded, floats
+    byte-stream-split, zstd (half the size of the default, and a third of its read time);
+    store_schema=False so the text columns read back as strings, not as pandas categoricals."""
+    floats = [f.name for f in schema if pa.types.is_floating(f.type)]
+    return pq.ParquetWriter(path, schema, store_schema=False, compression="zstd",
+                            use_dictionary=[f.name for f in schema if f.name not in floats],
+                            column_encoding={c: "BYTE_STREAM_SPLIT" for c in floats})
+
+
+def coded(values, index: np.ndarray) -> pa.DictionaryArray:
+    """values[index] as a dictionary-encoded text column: no Python string per row (a 720-run sweep
+    logged every epoch has 10 M rows of run ids), and parquet stores it dictionary-encoded as is."""
+    return pa.DictionaryArray.from_arrays(pa.array(np.asarray(index, dtype=np.int32)),
+                                          pa.array(np.asarray(values, dtype=str), type=pa.string()))
+
+
+def _grid(shape: tuple[int, ...]) -> list[np.ndarray]:
+    """The index of every axis for each element of a C-ordered array of `shape`, flattened."""
+    return [g.ravel() for g in np.meshgrid(*(np.arange(n) for n in shape), indexing="ij", copy=False)]
+
+
+def long_tables(sh: dict) -> dict[str, pa.Table]:
+    """curves / attention / matrices rows of one shard's arrays, as Arrow tables."""
     rid, ep = sh["run_id"].astype(str), sh["epoch"]
     R, E = len(rid), len(ep)
-    curves = []
-    for metric in ("train_loss", "test_loss", "attn_own", "attn_entropy", "attn_knn", "dist_target"):
-        if metric not in sh or (metric == "attn_own" and sh["attn"].shape[-1] == 0) or np.isnan(sh[metric]).all():
-            continue
-        vals = sh[metric]
-        curves.append(pd.DataFrame({"run_id": take_text(rid, np.repeat(np.arange(R), E)), "epoch": np.tile(ep, R),
-                                    "metric": take_text([metric], np.zeros(R * E)), "value": vals.ravel()}))
-    out = {"curves": pd.concat(curves, ignore_index=True)}
-    K = sh["attn"].shape[-1]
+    r, e = _grid((R, E))
+    curves = [pa.table([coded(rid, r), ep[e], coded([metric], np.zeros(R * E)), sh[metric].ravel()],
+                       schema=LONG_SCHEMAS["curves"])
+              for metric in ("train_loss", "test_loss", "attn_own", "attn_entropy", "attn_knn", "dist_target")
+              if metric in sh and not (metric == "attn_own" and sh["attn"].shape[-1] == 0)
+              and not np.isnan(sh[metric]).all()]
     # attn[r, e, k, j]: key feature k, query feature j
-    grid_r, grid_e, grid_k, grid_j = np.meshgrid(np.arange(R), np.arange(E), np.arange(K), np.arange(K), indexing="ij")
-    out["attention"] = pd.DataFrame({
-        "run_id": take_text(rid, grid_r.ravel()), "epoch": ep[grid_e.ravel()],
-        "query_feature": grid_j.ravel(), "key_feature": grid_k.ravel(), "attn": sh["attn"].ravel()})
+    r, e, k, j = _grid(sh["attn"].shape)
+    out = {"curves": pa.concat_tables(curves),
+           "attention": pa.table([coded(rid, r), ep[e], j, k, sh["attn"].ravel()], schema=LONG_SCHEMAS["attention"])}
     mats = []
     for name in ("q_features", "effective"):
         arr = sh.get(name)
-        if arr is None or arr.size == 0:
-            continue
-        a, b = arr.shape[-2:]
-        gr, ge, gi, gj = np.meshgrid(np.arange(R), np.arange(E), np.arange(a), np.arange(b), indexing="ij")
-        mats.append(pd.DataFrame({"run_id": take_text(rid, gr.ravel()), "epoch": ep[ge.ravel()],
-                                  "name": take_text([name], np.zeros(gr.size)),
-                                  "i": gi.ravel(), "j": gj.ravel(), "value": arr.ravel()}))
-    out["matrices"] = pd.concat(mats, ignore_index=True) if mats else pd.DataFrame(
-        {"run_id": pd.Series(dtype="string"), "epoch": pd.Series(dtype="int64"), "name": pd.Series(dtype="string"),
-         "i": pd.Series(dtype="int64"), "j": pd.Series(dtype="int64"), "value": pd.Series(dtype="float64")})
+        if arr is not None and arr.size:
+            r, e, i, j = _grid(arr.shape)
+            mats.append(pa.table([coded(rid, r), ep[e], coded([name], np.zeros(arr.size)), i, j, arr.ravel()],
+                                 schema=LONG_SCHEMAS["matrices"]))
+    out["matrices"] = pa.concat_tables(mats) if mats else LONG_SCHEMAS["matrices"].empty_table()
+    return out
+
+
+def summary_table(sh: dict) -> pd.DataFrame:
+    """One summary row per run of a shard: losses, crossing times, phases, attention and logit dynamics."""
+    rid, ep = sh["run_id"].astype(str), sh["epoch"]
+    R, K = len(rid), sh["attn"].shape[-1]
     tl = sh["train_loss"]
     loss0 = tl[:, 0]
     ratio = tl / loss0[:, None]
@@ -192,8 +223,7 @@ def shard_tables(sh: dict) -> dict[str, pd.DataFrame]:
     summ["device"] = str(sh["device"])
     summ["code_version"] = str(sh["code_version"]) if "code_version" in sh else "unknown"
     summ["code_hash"] = str(sh["code_hash"]) if "code_hash" in sh else "unknown"
-    out["summary"] = summ
-    return out
+    return summ
 
 
 def read_shard(path: str, only: tuple[str, ...] = ()) -> dict:
@@ -207,36 +237,43 @@ def read_shard(path: str, only: tuple[str, ...] = ()) -> dict:
                            "snakemake to retrain that shard") from None
 
 
+def shard_summary(path: str) -> pd.DataFrame:
+    return summary_table(read_shard(path))
+
+
 def aggregate(runs_path: str, shard_paths: list[str], outdir: str,
-              shift_paths: list[str] | None = None) -> dict[str, pd.DataFrame]:
-    """Concatenate all shards of an experiment into its tables, checking every run is present."""
+              shift_paths: list[str] | None = None, processes: int = 1) -> pd.DataFrame:
+    """All shards of an experiment into its tables, checking every run is present; returns the
+    summary. The long tables are written shard by shard: never all in memory at once. With
+    `processes` > 1 a forked worker makes the summaries (the phase fit of every curve) meanwhile."""
     runs = read_parquet(runs_path)
-    parts: dict[str, list] = {}
-    shard_meta = []
-    for path in shard_paths:
-        sh = read_shard(path)
-        for k, df in shard_tables(sh).items():
-            parts.setdefault(k, []).append(df)
-        shard_meta.append({"shard": os.path.basename(path).removesuffix(".npz"), "seconds": float(sh["seconds"]),
-                     "device": str(sh["device"]), "device_name": str(sh["device_name"]),
-                     "threads": int(sh["threads"]), "runs": len(sh["run_id"])})
-    tables = {k: pd.concat(v, ignore_index=True) for k, v in parts.items()}
-    shift = [read_parquet(p) for p in shift_paths] if shift_paths else []
-    shift = [s for s in shift if len(s)]
-    if shift:
-        # the workflow evaluates each prompt set's baselines in one shard; evaluate_trained called
-        # by hand on several shards (baseline_keys=None) repeats them: keep one copy
-        tables["shift"] = pd.concat(shift, ignore_index=True).drop_duplicates(subset=SHIFT_KEY, ignore_index=True)
-    else:
-        tables["shift"] = empty_shift()
-    missing = set(runs["run_id"]) - set(tables["summary"]["run_id"])
-    if missing:
-        raise RuntimeError(f"{len(missing)} planned runs have no results (e.g. {sorted(missing)[0]}); "
-                           "the shard files do not match runs.parquet: rerun snakemake")
     meta = stamp(str(runs["config_hash"].iloc[0]))
-    meta["trained_with"] = sorted(set(tables["summary"]["code_version"]))
-    for k, df in tables.items():
-        write_parquet(df, os.path.join(outdir, f"{k}.parquet"), meta)
+    summaries = Forked(shard_summary, shard_paths, 1 if processes > 1 else 0)
+    shard_meta = []
+    with ExitStack() as stack:      # on an error no table is left, half-written or complete
+        tmp = {k: stack.enter_context(atomic_path(os.path.join(outdir, f"{k}.parquet"))) for k in LONG_SCHEMAS}
+        writers = {k: stack.enter_context(long_writer(tmp[k], s)) for k, s in LONG_SCHEMAS.items()}
+        for path in shard_paths:
+            sh = read_shard(path)
+            for k, t in long_tables(sh).items():
+                writers[k].write_table(t)
+            shard_meta.append({"shard": os.path.basename(path).removesuffix(".npz"), "seconds": float(sh["seconds"]),
+                               "device": str(sh["device"]), "device_name": str(sh["device_name"]),
+                               "threads": int(sh["threads"]), "runs": len(sh["run_id"])})
+        summary = pd.concat(summaries.results(), ignore_index=True)
+        missing = set(runs["run_id"]) - set(summary["run_id"])
+        if missing:
+            raise RuntimeError(f"{len(missing)} planned runs have no results (e.g. {sorted(missing)[0]}); "
+                               "the shard files do not match runs.parquet: rerun snakemake")
+        meta["trained_with"] = sorted(set(summary["code_version"]))
+        for w in writers.values():
+            w.add_key_value_metadata({"icl": json.dumps(meta)})
+    write_parquet(summary, os.path.join(outdir, "summary.parquet"), meta)
+    shift = [s for s in (read_parquet(p) for p in shift_paths or []) if len(s)]
+    # the workflow evaluates each prompt set's baselines in one shard; evaluate_trained called
+    # by hand on several shards (baseline_keys=None) repeats them: keep one copy
+    write_parquet(pd.concat(shift, ignore_index=True).drop_duplicates(subset=SHIFT_KEY, ignore_index=True)
+                  if shift else empty_shift(), os.path.join(outdir, "shift.parquet"), meta)
     with atomic_path(os.path.join(outdir, "shards.json")) as tmp, open(tmp, "w") as fh:
         json.dump(shard_meta, fh, indent=1)
-    return tables
+    return summary

@@ -12,7 +12,9 @@ import pandas as pd
 
 
 def timing_table(logs: str = "logs", experiment: str | None = None) -> pd.DataFrame:
-    """One row per (experiment, step): jobs, wall seconds summed over jobs, peak RSS."""
+    """One row per (experiment, step): jobs, wall seconds summed over jobs, and peak memory as
+    Snakemake measured it over the job's processes: RSS summed (pages a forked worker shares with
+    its parent counted in each) and PSS (each shared page split among its sharers: the job's own)."""
     rows = []
     pattern = os.path.join(logs, experiment or "*", "benchmark", "**", "*.tsv")
     for path in glob.glob(pattern, recursive=True):
@@ -23,11 +25,13 @@ def timing_table(logs: str = "logs", experiment: str | None = None) -> pd.DataFr
         except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError):
             continue
         rows.append({"experiment": exp, "step": step, "seconds": float(b["s"].iloc[-1]),
-                     "max_rss_mb": float(pd.to_numeric(b["max_rss"], errors="coerce").iloc[-1])})
+                     **{f"{m}_mb": float(pd.to_numeric(b[m], errors="coerce").iloc[-1]) if m in b else float("nan")
+                        for m in ("max_rss", "max_pss")}})
     if not rows:
-        return pd.DataFrame(columns=["experiment", "step", "jobs", "seconds", "share", "max_rss_mb"])
+        return pd.DataFrame(columns=["experiment", "step", "jobs", "seconds", "share", "max_rss_mb", "max_pss_mb"])
     df = pd.DataFrame(rows).groupby(["experiment", "step"]).agg(
-        jobs=("seconds", "size"), seconds=("seconds", "sum"), max_rss_mb=("max_rss_mb", "max")).reset_index()
+        jobs=("seconds", "size"), seconds=("seconds", "sum"), max_rss_mb=("max_rss_mb", "max"),
+        max_pss_mb=("max_pss_mb", "max")).reset_index()
     df["share"] = df["seconds"] / df["seconds"].sum()
     return df.sort_values(["experiment", "seconds"], ascending=[True, False])
 

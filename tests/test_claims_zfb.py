@@ -102,7 +102,7 @@ def train_lsa(tmp, epochs, lr):
     from icl.config import validate
     from icl.data import ensure_datasets
     from icl.plan import plan
-    from icl.tables import read_shard, runs_table, shard_tables
+    from icl.tables import long_tables, read_shard, runs_table
     from icl.theory.table import lsa_rows
     from icl.train import train_shard
     cfg = validate({"experiments": {"z": {
@@ -113,8 +113,8 @@ def train_lsa(tmp, epochs, lr):
     recs = [{"run_id": r.run_id, "data_id": r.data_id, "shard": r.shard, "spec": r.spec} for r in plan(cfg, "z")]
     paths = ensure_datasets(recs, str(tmp))
     train_shard(recs, paths, str(tmp / "s.npz"))
-    t = shard_tables(read_shard(str(tmp / "s.npz")))
-    return runs_table(recs, "z", "h"), t["matrices"], lsa_rows(recs)
+    mats = long_tables(read_shard(str(tmp / "s.npz")))["matrices"].to_pandas()
+    return runs_table(recs, "z", "h"), mats, lsa_rows(recs)
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,6 @@
 """Convergence-time slopes against an independent least-squares fit; stability classes."""
+import base64
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -19,6 +21,21 @@ def test_slope_equals_numpy_polyfit():
     ref = np.polyfit(np.log(df["L"]), np.log(df["t"]), 1)[0]
     assert s == pytest.approx(ref, rel=1e-12)
     assert lo < s < hi and n == 25 and miss == 0
+
+
+def test_bootstrap_equals_refitting_each_resample_of_seeds():
+    """The weighted closed form against the definition: draw seeds with replacement, stack their
+    runs, fit a line with numpy; the same draws give the same 2000 slopes, so the same interval."""
+    from icl.fits import N_BOOT
+    df = _frame(-2.0, 0.3, seeds=6, seed=3)
+    _, lo, hi, _, _ = slope_with_bootstrap(df, "t", seed=7)
+    uniq = np.unique(df["seed"])
+    draws = np.random.default_rng(7).integers(0, len(uniq), size=(N_BOOT, len(uniq)))
+    boots = []
+    for d in draws:
+        pick = pd.concat([df[df["seed"] == uniq[i]] for i in d])
+        boots.append(np.polyfit(np.log(pick["L"]), np.log(pick["t"]), 1)[0])
+    assert (lo, hi) == pytest.approx(tuple(np.percentile(boots, [2.5, 97.5])), rel=1e-9)
 
 
 def test_bootstrap_interval_covers_truth_and_shrinks():
@@ -120,4 +137,4 @@ def test_report_draws_one_line_per_group():
             "stability": max_stable_lr(runs, summ)}
     assert set(tabs["stability"]["max_stable_lr"]) == {1.0}        # lr 2 diverged everywhere
     for fig in (report_ldl.slope_figure(tabs, "sq"), report_ldl.stability_figure(tabs, "sq")):
-        assert isinstance(fig, str) and len(fig) > 1000               # a base64 PNG
+        assert base64.b64decode(str(fig)).startswith(b"\x89PNG")       # a PNG, drawn when asked for

@@ -87,7 +87,7 @@ WRONG = [  # (arguments to icl, words of the one line it must print)
     (["bogus"], "invalid choice: 'bogus'"),
     (["train", "--plan", "nope.json", "--shard", "s", "--prompts-dir", "p", "--out", "o"], "plan file nope.json not found"),
     (["tables", "--runs", "missing.parquet", "--outdir", "o", "x.npz"], "table missing.parquet not found"),
-    (["analysis", "--results", "nowhere"], "table nowhere/runs.parquet not found"),
+    (["report", "--plan", "nope.json", "--results", "r", "--out", "o.html"], "plan file nope.json not found"),
     (["index", "--experiments", "{bad", "--out", "o.html"], "--experiments is not valid JSON"),
     (["plan", "--experiment", "x", "--spec", "{}", "--runs", "a", "--plan", "b"], "--experiment 'x' is not in --spec"),
     (["timing", "--logs", "nowhere"], "no benchmark files under nowhere"),

@@ -156,6 +156,7 @@ def test_truncated_shard_is_named(reference, tmp_path):
     _truncate(bad)
     with pytest.raises(RuntimeError, match=rf"shard file .*{bad.name} is unreadable.*retrain"):
         aggregate(str(reference / "results/long/runs.parquet"), [str(bad)], str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [bad.name]       # no table left, whole or half
 
 
 def test_truncated_prompts_are_named(reference, tmp_path):

@@ -8,7 +8,7 @@ import pytest
 from icl.config import validate
 from icl.data import write_dataset
 from icl.plan import plan
-from icl.tables import shard_tables
+from icl.tables import summary_table
 from icl.train import train_shard
 
 
@@ -95,7 +95,7 @@ def test_divergence_is_contained(tiny_plan):
     assert np.all(out["diverged_at"][[0, 2, 3]] < 0)
     assert np.isfinite(out["train_loss"][[0, 2, 3]]).all()
     assert np.isnan(out["train_loss"][1, -1])
-    summ = shard_tables(out)["summary"]
+    summ = summary_table(out)
     assert summ["diverged"].tolist() == [False, True, False, False]
 
 

@@ -1,8 +1,8 @@
 import mimetypes
 
 # `snakemake --report report.zip` (after a run): one category per experiment with its HTML report
-# and its small tables; runs, slopes and stability are flagged here, as inputs, as their own rules
-# live elsewhere. index.html stays out: its links to the reports do not resolve inside the zip.
+# and its small tables; runs is flagged here, as an input, as its own rule lives elsewhere.
+# index.html stays out: its links to the reports do not resolve inside the zip.
 report: "../report/workflow.rst"
 
 mimetypes.add_type("application/vnd.apache.parquet", ".parquet")   # else listed as text/plain
@@ -15,15 +15,17 @@ rule report:
                                                       "theory", "theory_curves", "shift"]),
         runs=report("results/{exp}/runs.parquet", caption="../report/runs.rst", category="{exp}",
                     subcategory="tables", labels={"table": "runs"}),
+    output:
+        html=report("reports/{exp}.html", caption="../report/experiment.rst", category="{exp}",
+                    subcategory="report", labels={"file": "{exp}.html"}),
+        # measurements across runs (icl.fits), made here: the report reads every table they need
         slopes=report("results/{exp}/slopes.parquet", caption="../report/slopes.rst", category="{exp}",
                       subcategory="tables", labels={"table": "slopes"}),
         stability=report("results/{exp}/stability.parquet", caption="../report/stability.rst",
                          category="{exp}", subcategory="tables", labels={"table": "stability"}),
-    output:
-        html=report("reports/{exp}.html", caption="../report/experiment.rst", category="{exp}",
-                    subcategory="report", labels={"file": "{exp}.html"}),
         verdicts="results/{exp}/verdicts.parquet",      # the verdict rows as data (icl.load: exp.verdicts)
         thumbnail="results/{exp}/thumbnail.png",        # the key figure, for the index
+    threads: 2                                          # its figures are drawn two at a time
     params:
         code=code_trigger(),
     benchmark:
@@ -31,7 +33,7 @@ rule report:
     log:
         "logs/{exp}/report.log",
     shell:
-        "OMP_NUM_THREADS={threads} {PY} -m icl report --plan {input.plan} --results results/{wildcards.exp} --out {output.html} 2> {log}"
+        "OMP_NUM_THREADS={threads} {PY} -m icl report --plan {input.plan} --results results/{wildcards.exp} --out {output.html} --processes {threads} 2> {log}"
 
 
 # The landing page: per experiment its verdict counts, key figure, runs, training time and device.

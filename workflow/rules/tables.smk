@@ -13,6 +13,7 @@ rule tables:
         report("results/{exp}/shift.parquet", caption="../report/shift.rst", category="{exp}",
                subcategory="tables", labels={"table": "shift"}),
         "results/{exp}/shards.json",
+    threads: 2                  # the summaries (a phase fit per curve) are made beside the writing
     params:
         code=code_trigger(),
     benchmark:
@@ -20,4 +21,4 @@ rule tables:
     log:
         "logs/{exp}/tables.log",
     shell:
-        "OMP_NUM_THREADS={threads} {PY} -m icl tables --runs {input.runs} --outdir results/{wildcards.exp} --shift {input.shift} -- {input.shards} 2> {log}"
+        "OMP_NUM_THREADS={threads} {PY} -m icl tables --runs {input.runs} --outdir results/{wildcards.exp} --shift {input.shift} --processes {threads} -- {input.shards} 2> {log}"
