@@ -101,7 +101,7 @@ def main():
             synthetic_shard(members, path, rng)
             paths.append(path)
         steps = {}
-        for step, argv in (("tables", ["tables", "--runs", f"{res_dir}/runs.parquet", "--outdir", res_dir, *paths]),
+        for step, argv in (("tables", ["tables", "--runs", f"{res_dir}/runs.parquet", "--outdir", res_dir, "--processes", "2", *paths]),
                            ("report", ["report", "--plan", f"{res_dir}/plan.json", "--results", res_dir,
                                        "--out", os.path.join(wd, "reports", "big.html"), "--processes", "2"])):
             t = time.perf_counter()

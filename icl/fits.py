@@ -92,9 +92,10 @@ def slope_with_bootstrap(df: pd.DataFrame, tcol: str, seed: int = 0):
 
 def theory_time(df: pd.DataFrame, reg, eps: np.ndarray) -> np.ndarray:
     """T of Theorem 1 (flat) or 2 (sharp) for each run at its own ε (unit constants)."""
+    cols = df[["K", "N", "lr", "L", "delta"]].itertuples(index=False)     # not the text columns: slow to iterate
     return np.array([(ldl.T_flat if rg == "flat" else ldl.T_sharp)(int(r.K), int(r.N), float(r.lr), float(r.L),
                                                                     float(r.delta), float(e))
-                     for r, rg, e in zip(df.itertuples(), reg, eps)])
+                     for r, rg, e in zip(cols, reg, eps)])
 
 
 def eps_of(df: pd.DataFrame, tcol: str) -> np.ndarray:

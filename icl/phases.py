@@ -8,7 +8,16 @@ visibly different power-law rate.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
+
+
+@functools.lru_cache(maxsize=8)
+def _pairs(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(i, j, j - i) for every segment i..j-1 of n points: the same for every curve of a sweep."""
+    i, j = np.triu_indices(n + 1, k=1)
+    return i, j, (j - i).astype(float)
 
 
 def _seg_cost(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -17,8 +26,7 @@ def _seg_cost(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     cx, cy = np.concatenate([[0], np.cumsum(x)]), np.concatenate([[0], np.cumsum(y)])
     cxx, cxy = np.concatenate([[0], np.cumsum(x * x)]), np.concatenate([[0], np.cumsum(x * y)])
     cyy = np.concatenate([[0], np.cumsum(y * y)])
-    i, j = np.triu_indices(n + 1, k=1)
-    m = (j - i).astype(float)
+    i, j, m = _pairs(n)
     sx, sy, sxx, sxy, syy = cx[j] - cx[i], cy[j] - cy[i], cxx[j] - cxx[i], cxy[j] - cxy[i], cyy[j] - cyy[i]
     vx = sxx - sx * sx / m
     cov = sxy - sx * sy / m
