@@ -102,89 +102,112 @@ def fresh_prompts(model, runs, cache, epoch: int, dev) -> models.Batch:
     return model.prepare(lambda key: torch.from_numpy(np.stack([p[key] for p in parts])).to(dev), diagnose=False)
 
 
+class ShardTraining:
+    """The state of one shard's training, all runs at once: model, prompts, parameters, optimizer,
+    logs and which runs are still alive. `saved` (a checkpoint) resumes it where it stopped."""
+
+    def __init__(self, runs: list[dict], data_paths: dict, dev, saved: dict | None = None):
+        spec0 = runs[0]["spec"]
+        self.runs, self.dev, self.tr = runs, dev, spec0["train"]
+        self.seeds = [r["spec"]["seed"] for r in runs]
+        self.model = models.build(spec0["model"], spec0["tokens"])
+        self.cache = read_datasets(runs, data_paths)
+        self.train = load_prompts(self.model, runs, self.cache, "train", dev)
+        self.test = load_prompts(self.model, runs, self.cache, "test", dev, False)
+        self.train.runs.update(self.model.extras([r["spec"] for r in runs], dev))
+        lr = torch.tensor([r["spec"]["model"]["lr"] for r in runs], dtype=torch.float32, device=dev)
+        self.opt = optim.build(spec0["model"]["optimizer"], lr)
+        self.params = self.model.init(self.seeds, [r["spec"]["model"]["name"] for r in runs], dev)
+        self.epochs = self.tr["epochs"]
+        self.logs = Logs(len(runs), np.asarray(log_epochs(self.epochs, self.tr["log_every"])), self.model.log_shapes())
+        self.pos = {int(e): i for i, e in enumerate(self.logs.epochs)}     # logged epoch -> column
+        self.start, self.elapsed0 = 0, 0.0
+        if saved:
+            self.params, self.start, self.elapsed0 = saved["params"], saved["epoch"], saved["elapsed"]
+            self.opt.load(saved["opt"])
+            self.logs.arrays, self.logs.diverged_at = saved["logs"], saved["diverged_at"]
+        self.active = torch.as_tensor(self.logs.diverged_at < 0, device=dev)
+        self.M = self.train["target"].shape[1]
+        self.batch = self.tr.get("batch_size") or self.M
+        # full batch on fixed prompts: the step's own forward is the state the epoch starts from
+        self.full_batch = self.batch >= self.M and not self.tr.get("fresh")
+
+    def log(self, epoch: int, train_loss=None, seen=None) -> None:
+        """Record the state at the start of `epoch`: train loss and diagnostics from the step's
+        forward when given, else from one more; the test loss from one more."""
+        with torch.no_grad():
+            if seen is None:
+                train_loss, seen = self.model.loss(self.params, self.train)
+            values = {"train_loss": train_loss, "test_loss": self.model.loss(self.params, self.test)[0],
+                      **self.model.diagnostics(self.params, self.train, seen)}
+        self.active.copy_(torch.as_tensor(self.logs.record(self.pos[epoch], values), device=self.dev))
+
+    def train_epoch(self, epoch: int) -> None:
+        """One pass over the prompts (fresh ones with train.fresh), logged if on the grid."""
+        logging = epoch in self.pos
+        if logging and not self.full_batch:
+            self.log(epoch)
+        data = fresh_prompts(self.model, self.runs, self.cache, epoch, self.dev) if self.tr.get("fresh") else self.train
+        for idx in batch_index(self.seeds, epoch, self.M, self.batch):
+            b = data if self.batch >= self.M else data.take(torch.as_tensor(np.ascontiguousarray(idx), device=self.dev))
+            loss, grads, seen = self.model.step(self.params, b)
+            if logging and self.full_batch:
+                self.log(epoch, loss, seen)
+            self.stop_diverged(loss, grads, epoch)
+            self.opt.step(self.params, grads, self.active)
+
+    def stop_diverged(self, loss, grads: dict, epoch: int) -> None:
+        """Runs whose loss or gradient is not finite are frozen and marked with this epoch."""
+        bad = ~torch.isfinite(loss)
+        for g in grads.values():
+            bad |= ~torch.isfinite(g.flatten(1)).all(1)
+        if bad.any():
+            self.logs.diverged_at[(bad & self.active).cpu().numpy()] = epoch
+            self.active &= ~bad
+
+    def state(self, done: int, elapsed: float) -> dict:
+        """What a checkpoint holds after `done` epochs."""
+        return {"params": self.params, "opt": self.opt.state(), "epoch": done, "logs": self.logs.arrays,
+                "diverged_at": self.logs.diverged_at, "elapsed": elapsed}
+
+    def result(self, elapsed: float) -> dict:
+        """The shard's .npz: logged arrays, final parameters, where and how long it trained."""
+        dev = self.dev
+        return {
+            "run_id": np.asarray([r["run_id"] for r in self.runs]), "epoch": self.logs.epochs,
+            "diverged_at": self.logs.diverged_at, "seconds": np.asarray(elapsed), "device": np.asarray(str(dev)),
+            "device_name": np.asarray(torch.cuda.get_device_name(dev) if dev.type == "cuda" else _cpu_name()),
+            "threads": np.asarray(torch.get_num_threads()),
+            "code_version": np.asarray(code_version()), "code_hash": np.asarray(code_hash()),
+            **self.logs.arrays,
+            **{f"param_{k}": v.detach().cpu().numpy() for k, v in self.params.items()},
+        }
+
+
 def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str = "auto",
                 threads: int | None = None, label: str = "shard") -> dict:
-    """runs: [{run_id, data_id, spec}] of one shard. Writes an .npz with the logged arrays."""
+    """runs: [{run_id, data_id, spec}] of one shard. Trains them, checkpointing as it goes, and
+    writes an .npz with the logged arrays (ShardTraining.result)."""
     if threads:
         torch.set_num_threads(threads)
     dev = pick_device(device)
     print(f"[{label}] {len(runs)} runs on {dev}"
           + (f" ({torch.cuda.get_device_name(dev)}, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
              if dev.type == "cuda" else f" ({torch.get_num_threads()} threads)"), file=sys.stderr, flush=True)
-    spec0, R = runs[0]["spec"], len(runs)
-    tr = spec0["train"]
-    seeds = [r["spec"]["seed"] for r in runs]
-    model = models.build(spec0["model"], spec0["tokens"])
-    cache = read_datasets(runs, data_paths)
-    train, test = load_prompts(model, runs, cache, "train", dev), load_prompts(model, runs, cache, "test", dev, False)
-    extras = model.extras([r["spec"] for r in runs], dev)
-    train.runs.update(extras)
-    lr = torch.tensor([r["spec"]["model"]["lr"] for r in runs], dtype=torch.float32, device=dev)
-    opt = optim.build(spec0["model"]["optimizer"], lr)
-    params = model.init(seeds, [r["spec"]["model"]["name"] for r in runs], dev)
-    epochs = tr["epochs"]
-    logs = Logs(R, np.asarray(log_epochs(epochs, tr["log_every"])), model.log_shapes())
-    run_ids = [r["run_id"] for r in runs]
-    ckpt = Checkpoint(out_path + ".ckpt", run_ids, label)
-    start, elapsed0 = 0, 0.0
-    saved = ckpt.load(dev)
-    if saved:
-        params, start, elapsed0 = saved["params"], saved["epoch"], saved["elapsed"]
-        opt.load(saved["opt"])
-        logs.arrays, logs.diverged_at = saved["logs"], saved["diverged_at"]
-    active = torch.as_tensor(logs.diverged_at < 0, device=dev)
-
-    M = train["target"].shape[1]
-    batch = tr.get("batch_size") or M
-    full_batch = batch >= M and not tr.get("fresh")
-    pos = {int(e): i for i, e in enumerate(logs.epochs)}
-    prog = Progress(label, epochs)
-    t0 = time.time()
-
-    def record(p: int, train_loss, seen) -> None:
-        """Log the state at the start of an epoch: the train loss and diagnostics from the
-        forward that the step itself makes (full batch), the test loss from one more."""
-        with torch.no_grad():
-            if seen is None:
-                train_loss, seen = model.loss(params, train)
-            values = {"train_loss": train_loss, "test_loss": model.loss(params, test)[0],
-                      **model.diagnostics(params, train, seen)}
-        active.copy_(torch.as_tensor(logs.record(p, values), device=dev))
-
-    for epoch in range(start, epochs + 1):
-        logging = epoch in pos
-        if logging and (not full_batch or epoch == epochs):
-            record(pos[epoch], None, None)
-        if epoch == epochs:
-            break
-        data = fresh_prompts(model, runs, cache, epoch, dev) if tr.get("fresh") else train
-        for idx in batch_index(seeds, epoch, M, batch):
-            b = data if batch >= M else data.take(torch.as_tensor(np.ascontiguousarray(idx), device=dev))
-            loss, grads, seen = model.step(params, b)
-            if logging and full_batch:
-                record(pos[epoch], loss, seen)
-            bad = ~torch.isfinite(loss)
-            for g in grads.values():
-                bad |= ~torch.isfinite(g.flatten(1)).all(1)
-            if bad.any():
-                logs.diverged_at[(bad & active).cpu().numpy()] = epoch
-                active &= ~bad
-            opt.step(params, grads, active)
+    ckpt = Checkpoint(out_path + ".ckpt", [r["run_id"] for r in runs], label)
+    sh = ShardTraining(runs, data_paths, dev, ckpt.load(dev))
+    prog, t0 = Progress(label, sh.epochs), time.time()
+    every = sh.tr.get("checkpoint_every", 50)
+    for epoch in range(sh.start, sh.epochs):
+        sh.train_epoch(epoch)
         done = epoch + 1
-        prog.update(done, start, int(active.sum()), R)
-        if done % tr.get("checkpoint_every", 50) == 0 and done < epochs:
-            ckpt.save({"params": params, "opt": opt.state(), "epoch": done, "logs": logs.arrays,
-                       "diverged_at": logs.diverged_at, "elapsed": elapsed0 + time.time() - t0})
-    prog.update(epochs, start, int(active.sum()), R, force=True)
-    out = {
-        "run_id": np.asarray(run_ids), "epoch": logs.epochs, "diverged_at": logs.diverged_at,
-        "seconds": np.asarray(elapsed0 + time.time() - t0), "device": np.asarray(str(dev)),
-        "device_name": np.asarray(torch.cuda.get_device_name(dev) if dev.type == "cuda" else _cpu_name()),
-        "threads": np.asarray(torch.get_num_threads()),
-        "code_version": np.asarray(code_version()), "code_hash": np.asarray(code_hash()),
-        **logs.arrays,
-        **{f"param_{k}": v.detach().cpu().numpy() for k, v in params.items()},
-    }
+        prog.update(done, sh.start, int(sh.active.sum()), len(runs))
+        if done % every == 0 and done < sh.epochs:
+            ckpt.save(sh.state(done, sh.elapsed0 + time.time() - t0))
+    if sh.epochs in sh.pos:
+        sh.log(sh.epochs)                   # the state training ended in
+    prog.update(sh.epochs, sh.start, int(sh.active.sum()), len(runs), force=True)
+    out = sh.result(sh.elapsed0 + time.time() - t0)
     with atomic_path(out_path) as tmp:
         np.savez(tmp, **out)
     ckpt.remove()
