@@ -35,7 +35,7 @@ def _path(parts) -> str:
     return ".".join(str(p) for p in parts) or "<top level>"
 
 
-def _describe(err: jsonschema.ValidationError) -> str:
+def _describe(err) -> str:
     """One line for one schema violation: where, what is wrong, what is allowed."""
     where = _path(err.absolute_path)
     v, s, inst = err.validator, err.schema, err.instance

@@ -126,6 +126,6 @@ def draw_all(figures: list, processes: int = 1) -> None:
     """Build and draw every figure not yet drawn, in `processes` forked workers where there are
     several (figures are most of a report's time, and each is independent of the others)."""
     pending = [f for f in figures if f is not None and f._png is None]
-    work = Forked(Figure.render, pending, processes if processes > 1 and len(pending) > 1 else 0)
-    for f, drawn in zip(pending, work.results()):
-        f.done(*drawn)
+    with Forked(Figure.render, pending, processes if processes > 1 and len(pending) > 1 else 0) as work:
+        for f, drawn in zip(pending, work.results()):
+            f.done(*drawn)

@@ -84,7 +84,8 @@ def slope_with_bootstrap(df: pd.DataFrame, tcol: str, seed: int = 0):
     xc = x[None, :] - (sx / sw)[:, None]          # x centred on each resample's weighted mean
     den = (w * xc * xc).sum(1)
     num = (w * xc * (y[None, :] - (sy / sw)[:, None])).sum(1)
-    boots = (num / den)[den > 1e-12 * (w * x * x).sum(1)]   # a resample of a single L has no slope
+    has_slope = den > 1e-12 * (w * x * x).sum(1)            # a resample of a single L has none
+    boots = num[has_slope] / den[has_slope]
     # two seeds give three distinct resamples: no interval worth the name
     lo, hi = (np.percentile(boots, [2.5, 97.5]) if len(uniq) >= 3 else (np.nan, np.nan))
     return slope, float(lo), float(hi), len(ok), n_missing

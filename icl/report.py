@@ -162,8 +162,9 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
         sharp_k = [L for L in sharp if L in set(rk["L"])]
         drawn += [(K, rk, L) for L in flat_k[:1] + ([min(sharp_k, key=lambda L: abs(L - 1.0))] if sharp_k else [])]
     # only the drawn runs' rows: the whole table is millions of rows at sweep scale
-    attn = tables["attention"]([rid for _, rk, L in drawn for rid in rk.loc[rk["L"] == L, "run_id"]])
-    if not len(attn) and curves["metric"].isin(["attn_entropy", "attn_knn"]).any():   # continuous tokens
+    ids = [rid for _, rk, L in drawn for rid in rk.loc[rk["L"] == L, "run_id"]]
+    attn = tables["attention"](ids) if ids else pd.DataFrame()
+    if not Ks and curves["metric"].isin(["attn_entropy", "attn_knn"]).any():   # continuous tokens
         figs.append(later(attention_summary_figure, curves, r, palette(tables["runs"]["L"])))
     maps = []
     if len(attn):

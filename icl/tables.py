@@ -52,9 +52,10 @@ def read_parquet(path: str, run_ids=None, **kw) -> pd.DataFrame:
     try:
         if run_ids is None:
             return pd.read_parquet(path, **kw)
-        t = pq.read_table(path, read_dictionary=["run_id"],
+        t = pq.read_table(path, columns=kw.get("columns"), read_dictionary=["run_id"],
                           filters=pc.field("run_id").isin(pa.array(list(run_ids), type=pa.string())))
-        return t.set_column(0, "run_id", t["run_id"].cast(pa.string())).to_pandas()
+        i = t.schema.get_field_index("run_id")
+        return (t.set_column(i, "run_id", t["run_id"].cast(pa.string())) if i >= 0 else t).to_pandas()
     except Exception as e:
         raise RuntimeError(f"table {path} is unreadable ({type(e).__name__}: {e}); delete it and rerun "
                            "snakemake to rebuild it") from None
@@ -246,21 +247,26 @@ def aggregate(runs_path: str, shard_paths: list[str], outdir: str,
     """All shards of an experiment into its tables, checking every run is present; returns the
     summary. The long tables are written shard by shard: never all in memory at once. With
     `processes` > 1 a forked worker makes the summaries (the phase fit of every curve) meanwhile."""
+    if not shard_paths:
+        raise RuntimeError("no shard files given: there is nothing to aggregate")
     runs = read_parquet(runs_path)
     meta = stamp(str(runs["config_hash"].iloc[0]))
-    summaries = Forked(shard_summary, shard_paths, 1 if processes > 1 else 0)
-    shard_meta = []
+    shift = [s for s in (read_parquet(p) for p in shift_paths or []) if len(s)]    # read before anything is written
+    summaries, shard_meta = [], []
     with ExitStack() as stack:      # on an error no table is left, half-written or complete
+        worker = stack.enter_context(Forked(shard_summary, shard_paths, 1)) if processes > 1 else None
         tmp = {k: stack.enter_context(atomic_path(os.path.join(outdir, f"{k}.parquet"))) for k in LONG_SCHEMAS}
         writers = {k: stack.enter_context(long_writer(tmp[k], s)) for k, s in LONG_SCHEMAS.items()}
         for path in shard_paths:
             sh = read_shard(path)
             for k, t in long_tables(sh).items():
                 writers[k].write_table(t)
+            if worker is None:
+                summaries.append(summary_table(sh))
             shard_meta.append({"shard": os.path.basename(path).removesuffix(".npz"), "seconds": float(sh["seconds"]),
                                "device": str(sh["device"]), "device_name": str(sh["device_name"]),
                                "threads": int(sh["threads"]), "runs": len(sh["run_id"])})
-        summary = pd.concat(summaries.results(), ignore_index=True)
+        summary = pd.concat(worker.results() if worker else summaries, ignore_index=True)
         missing = set(runs["run_id"]) - set(summary["run_id"])
         if missing:
             raise RuntimeError(f"{len(missing)} planned runs have no results (e.g. {sorted(missing)[0]}); "
@@ -269,7 +275,6 @@ def aggregate(runs_path: str, shard_paths: list[str], outdir: str,
         for w in writers.values():
             w.add_key_value_metadata({"icl": json.dumps(meta)})
     write_parquet(summary, os.path.join(outdir, "summary.parquet"), meta)
-    shift = [s for s in (read_parquet(p) for p in shift_paths or []) if len(s)]
     # the workflow evaluates each prompt set's baselines in one shard; evaluate_trained called
     # by hand on several shards (baseline_keys=None) repeats them: keep one copy
     write_parquet(pd.concat(shift, ignore_index=True).drop_duplicates(subset=SHIFT_KEY, ignore_index=True)

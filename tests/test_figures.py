@@ -44,3 +44,23 @@ def test_a_figure_not_drawn_beforehand_is_drawn_when_shown():
     f = later(line_figure, 2.0)
     assert f._png is None                       # built lazily: nothing drawn until asked for
     assert base64.b64decode(str(f)).startswith(b"\x89PNG") and f.csv
+
+
+def test_attention_summary_figure_only_for_continuous_tokens():
+    """A linear task has no L, so no attention map is drawn; with discrete tokens (K set) that
+    must not turn into the continuous tokens' attention-summary figure."""
+    from icl.report import model_section
+    read = []
+    def section(K):
+        runs = pd.DataFrame({"run_id": ["a", "b"], "model": "m", "model_kind": "softmax_q", "optimizer": "gd",
+                             "L": np.nan, "K": K, "N": [10, 20]})
+        curves = pd.DataFrame([{"run_id": r, "epoch": e, "metric": m, "value": 1.0 / (1 + e)}
+                               for r in ("a", "b") for e in range(3) for m in ("train_loss", "test_loss", "attn_entropy")])
+        tables = {"runs": runs, "curves": curves, "theory_curves": pd.DataFrame(),
+                  "summary": pd.DataFrame({"run_id": ["a", "b"], "diverged": False}),
+                  "attention": lambda ids: read.append(ids) or pd.DataFrame()}
+        return model_section("m", runs, tables, {"tokens": {"kind": "x"}}, ldl=False)
+    discrete, continuous = section(4.0), section(np.nan)
+    assert len(discrete["figures"]) == 1 and not discrete["maps"]         # the loss by N only
+    assert len(continuous["figures"]) == 2                                # loss, attention summaries
+    assert read == []                                                     # no attention rows to draw: none read
