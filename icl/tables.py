@@ -28,11 +28,18 @@ def _tname(prefix: str, x: float) -> str:
     return f"{prefix}_{x:.0e}".replace("e-0", "e-")
 
 
+PROVENANCE_KEY = b"icl"     # every table's key-value metadata: where and by what code it was made
+
+
+def provenance_metadata(meta: dict) -> dict[bytes, bytes]:
+    return {PROVENANCE_KEY: json.dumps(meta).encode()}
+
+
 def write_parquet(df: pd.DataFrame, path: str, meta: dict | None = None) -> None:
     """Atomic write; `meta` (provenance) goes into the file's key-value metadata under 'icl'."""
     table = pa.Table.from_pandas(df, preserve_index=False)
     if meta:
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}), b"icl": json.dumps(meta).encode()})
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **provenance_metadata(meta)})
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
 
@@ -40,7 +47,7 @@ def write_parquet(df: pd.DataFrame, path: str, meta: dict | None = None) -> None
 def read_provenance(path: str) -> dict:
     """The provenance stamp a table was written with ({} if none)."""
     md = pq.read_schema(path).metadata or {}
-    return json.loads(md[b"icl"]) if b"icl" in md else {}
+    return json.loads(md[PROVENANCE_KEY]) if PROVENANCE_KEY in md else {}
 
 
 def read_parquet(path: str, run_ids=None, **kw) -> pd.DataFrame:
@@ -273,7 +280,7 @@ def aggregate(runs_path: str, shard_paths: list[str], outdir: str,
                                "the shard files do not match runs.parquet: rerun snakemake")
         meta["trained_with"] = sorted(set(summary["code_version"]))
         for w in writers.values():
-            w.add_key_value_metadata({"icl": json.dumps(meta)})
+            w.add_key_value_metadata(provenance_metadata(meta))
     write_parquet(summary, os.path.join(outdir, "summary.parquet"), meta)
     # the workflow evaluates each prompt set's baselines in one shard; evaluate_trained called
     # by hand on several shards (baseline_keys=None) repeats them: keep one copy
