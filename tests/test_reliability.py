@@ -77,10 +77,12 @@ def test_sigkill_mid_training_then_resume(reference, tmp_path):
                             start_new_session=True)
     shards = tmp_path / "results" / "long" / "shards"
     deadline = time.time() + 300
-    while time.time() < deadline and not list(shards.glob("*.ckpt")):
+    # the checkpoint's own name: its temporary twin (NAME.npz.ckpt.PID.tmp.ckpt, renamed over it
+    # when complete) also ends in .ckpt, and a kill while it is written leaves nothing to resume
+    while time.time() < deadline and not list(shards.glob("*.npz.ckpt")):
         assert proc.poll() is None, "workflow finished before a checkpoint was written"
         time.sleep(0.05)
-    assert list(shards.glob("*.ckpt")), "no checkpoint appeared"
+    assert list(shards.glob("*.npz.ckpt")), "no checkpoint appeared"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not list(shards.glob("*.npz")), "the shard finished before the kill; make the run longer"
