@@ -1,6 +1,7 @@
 """icl.load (the notebook entry point) on hand-made tables, and `snakemake --report report.zip`
 on a tiny finished workflow."""
 import json
+import os
 import re
 import subprocess
 import sys
@@ -90,20 +91,31 @@ def test_errors_name_the_file_and_the_fix(results, tmp_path):
 
 def test_snakemake_report_zip(tmp_path):
     """A finished tiny workflow: `snakemake --report report.zip` holds the experiment's HTML report and
-    its tables under the experiment's category; icl.load reads the same results."""
+    its tables under the experiment's category; icl.load reads the same results. The workflow, its
+    jobs and the report import nothing that `pip install .` (no extras) leaves out."""
     from conftest import TINY
+    from deps import imported_modules, undeclared
     cfg = yaml.safe_load(yaml.safe_dump(TINY))
     cfg["experiments"]["tiny"]["train"] = {"epochs": 6, "log_every": 3, "checkpoint_every": 6}
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(cfg))
 
     def snakemake(*args):
         cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), *args]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        # every Python process, the jobs included (their stderr goes to their logs), lists its imports
+        env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
 
     res = snakemake("--cores", "2", "--configfile", str(tmp_path / "tiny.yaml"))
     assert res.returncode == 0, res.stderr[-3000:]
+    imported = imported_modules(res.stderr)
     res = snakemake("--configfile", str(tmp_path / "tiny.yaml"), "--report", "report.zip")
     assert res.returncode == 0, res.stderr[-3000:]
+    imported |= imported_modules(res.stderr)
+    jobs = list((tmp_path / "logs").rglob("*.log"))
+    for log in jobs:
+        imported |= imported_modules(log.read_text())
+    assert {"pygments", "snakemake", "torch", "icl"} <= imported and len(jobs) >= 6
+    assert undeclared(imported) == {}
     with zipfile.ZipFile(tmp_path / "report.zip") as z:
         names = z.namelist()
         assert "report/report.html" in names
