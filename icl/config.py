@@ -13,6 +13,9 @@ from typing import Any
 
 import yaml
 
+from icl.errors import ConfigError
+from icl.sweep import apply_override, sweep_axes
+
 
 @functools.cache
 def config_schema() -> dict:
@@ -25,10 +28,6 @@ def __getattr__(name: str):
     if name == "SCHEMA":            # icl.config.SCHEMA, as before
         return config_schema()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-class ConfigError(ValueError):
-    """A setting in the config is wrong; the message names it."""
 
 
 def _path(parts) -> str:
@@ -161,8 +160,6 @@ def _zip_groups_ok(name: str, sweep: dict) -> None:
 def _sweep_values_ok(name: str, exp: dict) -> None:
     """Each sweep key must name an existing setting, and each value (each point of a zip group,
     its values set together) must be valid there."""
-    from icl.plan import apply_override, sweep_axes  # local: plan imports config
-
     sweep = exp.get("sweep") or {}
     _zip_groups_ok(name, sweep)
     for keys, points in sweep_axes(exp):

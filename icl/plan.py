@@ -5,48 +5,18 @@ the DAG is built. Ids are hashes of canonical JSON, so they do not change betwee
 """
 from __future__ import annotations
 
-import copy
 import hashlib
-import itertools
 import json
-import math
 from dataclasses import dataclass, field
 
-from icl.config import ConfigError, check_experiment
+from icl.config import check_experiment
+from icl.errors import ConfigError
+from icl.sweep import expand, sweep_keys
 
 
 def stable_hash(obj, n: int = 12) -> str:
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:n]
-
-
-def apply_override(exp: dict, key: str, value) -> None:
-    """Set a dotted key in an experiment; `models.<name>.<field>` addresses a model by name."""
-    parts = key.split(".")
-    if parts == ["seed"]:
-        exp["seed"] = value
-        return
-    if parts[0] == "models":
-        if len(parts) != 3:
-            raise KeyError(f"model keys look like models.<name>.<field>, got {key!r}")
-        match = [m for m in exp["models"] if m["name"] == parts[1]]
-        if not match:
-            names = ", ".join(m["name"] for m in exp["models"])
-            raise KeyError(f"no model named {parts[1]!r}; models: {names}")
-        node, leaf = match[0], parts[2]
-    else:
-        node = exp
-        for p in parts[:-1]:
-            if not isinstance(node, dict) or p not in node:
-                raise KeyError(f"unknown key {key!r}: {p!r} is not a section of the experiment")
-            node = node[p]
-        leaf = parts[-1]
-    if not isinstance(node, dict):
-        raise KeyError(f"unknown key {key!r}")
-    if leaf not in node:
-        known = ", ".join(sorted(node))
-        raise KeyError(f"unknown key {key!r}: {leaf!r} is not set in that section (it has: {known})")
-    node[leaf] = value
 
 
 @dataclass
@@ -83,61 +53,6 @@ def shape_key(spec: dict) -> dict:
         "prompts": spec["prompts"],
         "train": spec["train"],
     }
-
-
-MAX_RUNS = 1_000_000
-
-
-def sweep_axes(exp: dict) -> list[tuple[tuple[str, ...], list[tuple]]]:
-    """The sweep as the axes of its cartesian product, each (keys, points): a plain key is an axis
-    of one key; a `zip` group (a mapping of equal-length lists, or a list of such mappings) is one
-    axis whose keys move together, its i-th point taking the i-th value of every list.
-
-    One order, whatever order the config lists keys in: `seed` first, then alphabetically; a zip
-    group's keys in that order, the group placed by its first key. A mapping's key order does not
-    survive every way a config travels (the workflow hands it to the plan job as JSON with sorted
-    keys; YAML dumps and merges reorder it too), so nothing the plan computes may depend on it."""
-    rank = lambda k: (k != "seed", k)
-    sweep = exp.get("sweep") or {}
-    groups = sweep.get("zip") or []
-    axes = [((k,), [(v,) for v in values]) for k, values in sweep.items() if k != "zip"]
-    for group in [groups] if isinstance(groups, dict) else groups:
-        keys = tuple(sorted(group, key=rank))
-        axes.append((keys, list(zip(*(group[k] for k in keys), strict=True))))   # lengths: icl.config checks
-    return sorted(axes, key=lambda a: rank(a[0][0]))
-
-
-def sweep_keys(exp: dict) -> list[str]:
-    """Every swept key, in the plan's order (sweep_axes)."""
-    return [k for keys, _ in sweep_axes(exp) for k in keys]
-
-
-def expand(exp: dict) -> list[dict]:
-    """The cartesian product of the sweep's axes, one run spec per (model, sweep point)."""
-    axes = sweep_axes(exp)
-    keys = [k for ks, _ in axes for k in ks]
-    n = len(exp["models"]) * math.prod(len(points) for _, points in axes)
-    if n > MAX_RUNS:
-        raise ConfigError(f"sweep: expands to {n:,} runs; at most {MAX_RUNS:,} per experiment (split it)")
-    specs = []
-    for combo in itertools.product(*(points for _, points in axes)):
-        values = [v for point in combo for v in point]
-        point = copy.deepcopy(exp)
-        for k, v in zip(keys, values):
-            apply_override(point, k, v)
-        if keys:   # values valid one by one can still clash (tokens.K with tokens.d, ...)
-            try:
-                check_experiment(point)
-            except ConfigError as e:
-                where = ", ".join(f"{k}={v!r}" for k, v in zip(keys, values))
-                raise ConfigError(f"sweep: the point {where} is invalid: {e}") from None
-        for model in point["models"]:
-            spec = {"tokens": point["tokens"], "task": point["task"], "prompts": point["prompts"],
-                    "model": model, "train": point["train"], "seed": point["seed"]}
-            if point.get("evaluate"):
-                spec["evaluate"] = point["evaluate"]
-            specs.append(spec)
-    return specs
 
 
 def run_bytes(spec: dict) -> int:
@@ -183,7 +98,7 @@ def plan(cfg: dict, name: str) -> list[Run]:
     budget = cfg["memory_budget_mb"] * 2**20
     runs: dict[str, Run] = {}
     try:
-        specs = expand(exp)
+        specs = expand(exp, check_experiment)
     except ConfigError as e:
         raise ConfigError(f"experiments.{name}.{e}") from None
     for spec in specs:

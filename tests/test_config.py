@@ -4,7 +4,8 @@ import copy
 import pytest
 
 from icl.config import ConfigError, validate
-from icl.plan import expand, plan, stable_hash
+from icl.plan import plan, stable_hash
+from icl.sweep import expand
 
 
 def _set(cfg, path, value):
@@ -155,7 +156,7 @@ def test_sweep_points_are_checked_in_combination(tiny_raw):
 
 def test_extending_a_sweep_keeps_most_shards(tiny_raw):
     """Seeds added to a sweep land in new shards; the others keep their runs (and so their trained
-    results). `seed` is the outermost key of the plan's order (plan.sweep_keys), whatever order the
+    results). `seed` is the outermost key of the plan's order (icl.sweep.sweep_keys), whatever order the
     config lists the keys in. Cutting every shard_size runs in sweep order would move every cut."""
     exp = tiny_raw["experiments"]["tiny"]
     exp["models"] = exp["models"][:1]
