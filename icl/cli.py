@@ -42,7 +42,8 @@ def _json_arg(flag: str, text: str):
 
 def cmd_plan(args) -> None:
     from icl.plan import plan, stable_hash
-    from icl.tables import runs_table, write_parquet
+    from icl.io import write_parquet
+    from icl.tables import runs_table
     cfg = _json_arg("--spec", args.spec)
     if args.experiment not in cfg.get("experiments", {}):
         raise ConfigError(f"--experiment {args.experiment!r} is not in --spec; it has: {', '.join(cfg.get('experiments', {}))}")
@@ -105,7 +106,7 @@ def cmd_tables(args) -> None:
 
 def cmd_theory(args) -> None:
     from icl.provenance import stamp
-    from icl.tables import write_parquet
+    from icl.io import write_parquet
     from icl.theory.table import ldl_rows, lsa_rows, mean_field_rows
     from icl.plan import log_epochs
     pl = _read_plan(args.plan)

@@ -36,12 +36,17 @@ def features(tokens: dict, seed: int) -> np.ndarray:
     return v * (delta / dist[~np.eye(K, dtype=bool)].min())
 
 
+def feature_probs(tokens: dict) -> np.ndarray:
+    """p_k of discrete tokens: the config's `probs`, else uniform 1/K."""
+    return np.asarray(tokens.get("probs") or np.full(tokens["K"], 1.0 / tokens["K"]), float)
+
+
 def sample_tokens(tokens: dict, feats, n_prompts: int, n_tok: int, g: np.random.Generator):
     """Returns x (P, T, d) and the feature index of each token (P, T), -1 for continuous tokens."""
     d = tokens["d"]
     if tokens["kind"] == "discrete":
         K = tokens["K"]
-        probs = np.asarray(tokens.get("probs") or np.full(K, 1.0 / K))
+        probs = feature_probs(tokens)
         idx = g.choice(K, size=(n_prompts, n_tok), p=probs / probs.sum())
         x = feats[idx]
         if tokens.get("noise", 0.0) > 0:

@@ -26,7 +26,7 @@ import torch
 from icl import models, shifts
 from icl.data import STREAM_EVAL, read_datasets, rng, sample_tokens
 from icl.plan import eval_bytes, stable_hash
-from icl.tables import SHIFT_DTYPES, empty_shift, read_shard, write_parquet
+from icl.io import SHIFT_DTYPES, empty_shift, read_shard, write_parquet
 from icl.tasks import sample_labels
 from icl.theory import lsa
 from icl.theory.table import lsa_optimum

@@ -11,9 +11,9 @@ import math
 import numpy as np
 import pandas as pd
 
+from icl.stats import cluster_weights
 from icl.theory import ldl
 
-N_BOOT = 2000
 IDENTITY = {"run_id", "shard", "data_id", "experiment", "config_hash", "code_version", "seed", "L"}
 
 
@@ -74,12 +74,8 @@ def slope_with_bootstrap(df: pd.DataFrame, tcol: str, seed: int = 0):
         return np.nan, np.nan, np.nan, len(ok), n_missing
     x, y = np.log(ok["L"].to_numpy(float)), np.log(ok[tcol].to_numpy(float))
     slope = _ols_slope(x, y)
-    seeds = ok["seed"].to_numpy()
-    uniq, which = np.unique(seeds, return_inverse=True)
     # a resample of whole seeds is a weighted fit: row weight = how often its seed was drawn
-    draws = np.random.default_rng(seed).integers(0, len(uniq), size=(N_BOOT, len(uniq)))
-    counts = np.bincount((draws + len(uniq) * np.arange(N_BOOT)[:, None]).ravel(), minlength=N_BOOT * len(uniq))
-    w = counts.reshape(N_BOOT, len(uniq))[:, which].astype(float)
+    w, n_seeds = cluster_weights(ok["seed"].to_numpy(), seed)
     sw, sx, sy = w.sum(1), w @ x, w @ y
     xc = x[None, :] - (sx / sw)[:, None]          # x centred on each resample's weighted mean
     den = (w * xc * xc).sum(1)
@@ -87,7 +83,7 @@ def slope_with_bootstrap(df: pd.DataFrame, tcol: str, seed: int = 0):
     has_slope = den > 1e-12 * (w * x * x).sum(1)            # a resample of a single L has none
     boots = num[has_slope] / den[has_slope]
     # two seeds give three distinct resamples: no interval worth the name
-    lo, hi = (np.percentile(boots, [2.5, 97.5]) if len(uniq) >= 3 else (np.nan, np.nan))
+    lo, hi = (np.percentile(boots, [2.5, 97.5]) if n_seeds >= 3 else (np.nan, np.nan))
     return slope, float(lo), float(hi), len(ok), n_missing
 
 

@@ -15,7 +15,7 @@ from functools import cached_property
 import pandas as pd
 
 from icl.claims import COLUMNS
-from icl.tables import read_parquet
+from icl.io import read_parquet
 
 
 

@@ -27,7 +27,7 @@ from icl.figures import QUALITATIVE, Figure, draw_all, later, palette, png  # no
 from icl.files import atomic_path  # noqa: E402
 from icl.timing import summary_line, timing_table  # noqa: E402
 from icl.provenance import code_hash, code_version, package_versions, stamp  # noqa: E402
-from icl.tables import read_parquet, write_parquet  # noqa: E402
+from icl.io import read_parquet, write_parquet  # noqa: E402
 from icl.theory.ldl import L_star  # noqa: E402
 
 TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),

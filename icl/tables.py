@@ -1,6 +1,7 @@
-"""Long-format parquet tables (DESIGN §5) from the plan and the shards' logged arrays.
-
-Every table is written to a temporary name and renamed, so a reader never sees half a file.
+"""The tables step: runs.parquet from the plan, and from the shards' logged arrays the long
+tables (curves, attention, matrices, written shard by shard), summary.parquet (the per-run
+measurements of icl.measures) and shift.parquet (the shards' evaluations). How the files are
+written is icl.io's.
 """
 from __future__ import annotations
 
@@ -11,61 +12,13 @@ from contextlib import ExitStack
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from icl.claims.ldl import logit_dynamics
 from icl.files import atomic_path
+from icl.io import (LONG_SCHEMAS, SHIFT_KEY, coded, empty_shift, long_writer, provenance_metadata, read_parquet,
+                    read_shard, write_parquet)
+from icl.measures import summary_table
 from icl.parallel import Forked
-from icl.phases import phases
 from icl.provenance import code_version, stamp
-
-REL_THRESHOLDS = (1e-1, 1e-2, 1e-3)
-ABS_THRESHOLDS = (1e-2, 1e-3, 1e-4)   # on the loss itself: the theorems' loss ≤ ε² (icl.fits.eps_of)
-
-
-def _tname(prefix: str, x: float) -> str:
-    return f"{prefix}_{x:.0e}".replace("e-0", "e-")
-
-
-PROVENANCE_KEY = b"icl"     # every table's key-value metadata: where and by what code it was made
-
-
-def provenance_metadata(meta: dict) -> dict[bytes, bytes]:
-    return {PROVENANCE_KEY: json.dumps(meta).encode()}
-
-
-def write_parquet(df: pd.DataFrame, path: str, meta: dict | None = None) -> None:
-    """Atomic write; `meta` (provenance) goes into the file's key-value metadata under 'icl'."""
-    table = pa.Table.from_pandas(df, preserve_index=False)
-    if meta:
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **provenance_metadata(meta)})
-    with atomic_path(path) as tmp:
-        pq.write_table(table, tmp)
-
-
-def read_provenance(path: str) -> dict:
-    """The provenance stamp a table was written with ({} if none)."""
-    md = pq.read_schema(path).metadata or {}
-    return json.loads(md[PROVENANCE_KEY]) if PROVENANCE_KEY in md else {}
-
-
-def read_parquet(path: str, run_ids=None, **kw) -> pd.DataFrame:
-    """A table, or an error that names the file and what to do. `run_ids`: only those runs' rows
-    of a long table (curves, attention, matrices), the filter evaluated on the file's dictionary
-    of ids, not on millions of decoded strings. `kw` go to pandas (columns, filters)."""
-    if not os.path.exists(path):
-        raise RuntimeError(f"table {path} not found; run snakemake to build it (is the path right?)")
-    try:
-        if run_ids is None:
-            return pd.read_parquet(path, **kw)
-        t = pq.read_table(path, columns=kw.get("columns"), read_dictionary=["run_id"],
-                          filters=pc.field("run_id").isin(pa.array(list(run_ids), type=pa.string())))
-        i = t.schema.get_field_index("run_id")
-        return (t.set_column(i, "run_id", t["run_id"].cast(pa.string())) if i >= 0 else t).to_pandas()
-    except Exception as e:
-        raise RuntimeError(f"table {path} is unreadable ({type(e).__name__}: {e}); delete it and rerun "
-                           "snakemake to rebuild it") from None
 
 
 def run_row(run: dict) -> dict:
@@ -90,21 +43,6 @@ def run_row(run: dict) -> dict:
     return row
 
 
-SHIFT_DTYPES = {"predictor": "string", "model_kind": "string", "run_id": "string", "eval_id": "string",
-                "N": "Int64", "shift": "string", "c": "float64", "M": "int64", "mse": "float64", "mse_se": "float64",
-                "slope": "float64", "slope_se": "float64", "theory_mse": "float64", "theory_slope": "float64",
-                # trained LSA rows: the same theory at the run's learned matrix (formula vs optimisation error)
-                "theory_mse_learned": "float64", "theory_slope_learned": "float64"}
-
-
-SHIFT_KEY = ["predictor", "run_id", "eval_id", "N", "shift", "c", "M"]   # one row per these
-
-
-def empty_shift() -> pd.DataFrame:
-    """shift.parquet of an experiment without an evaluate section: no rows, the same columns."""
-    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in SHIFT_DTYPES.items()})
-
-
 def runs_table(runs: list[dict], experiment: str, config_hash: str) -> pd.DataFrame:
     df = pd.DataFrame([run_row(r) for r in runs])
     for col, dtype in {"width": "Int64", "K": "Int64", "batch_size": "Int64", "ffn_mult": "Int64",
@@ -115,51 +53,6 @@ def runs_table(runs: list[dict], experiment: str, config_hash: str) -> pd.DataFr
     df["config_hash"] = config_hash
     df["code_version"] = code_version()
     return df
-
-
-def crossing_time(ratio: np.ndarray, epochs: np.ndarray, x: float) -> pd.array:
-    """t_x: when train_loss / loss0 (or the loss itself) first falls to x, per run, interpolated
-    in log-loss between the two logged epochs around the crossing (null if never). The first
-    logged epoch at or below x would quantise times to the logging grid: on a 4-epoch grid a
-    run crossing at epoch 1.3 reads 4, and slopes over L come out of the grid, not the run."""
-    r = np.nan_to_num(np.asarray(ratio, float), nan=np.inf)
-    hit = r <= x
-    i = hit.argmax(1)
-    rows = np.arange(len(r))
-    prev = np.maximum(i - 1, 0)
-    a, b = r[rows, prev], r[rows, i]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        frac = np.where((i > 0) & (a > x) & (b > 0) & np.isfinite(a),
-                        (np.log(a) - np.log(x)) / (np.log(a) - np.log(np.maximum(b, 1e-300))), 1.0)
-    t = epochs[prev] + np.clip(frac, 0.0, 1.0) * (epochs[i] - epochs[prev])
-    return pd.array(np.where(hit.any(1), t, np.nan), dtype="Float64")
-
-
-TEXT = pa.dictionary(pa.int32(), pa.string())      # run ids, metric and matrix names
-LONG_SCHEMAS = {   # the long tables, written shard by shard (DESIGN §5)
-    "curves": pa.schema([("run_id", TEXT), ("epoch", pa.int64()), ("metric", TEXT), ("value", pa.float64())]),
-    "attention": pa.schema([("run_id", TEXT), ("epoch", pa.int64()), ("query_feature", pa.int64()),
-                            ("key_feature", pa.int64()), ("attn", pa.float64())]),
-    "matrices": pa.schema([("run_id", TEXT), ("epoch", pa.int64()), ("name", TEXT), ("i", pa.int64()),
-                           ("j", pa.int64()), ("value", pa.float64())]),
-}
-
-
-def long_writer(path: str, schema: pa.Schema) -> pq.ParquetWriter:
-    """A parquet writer for millions of rows: ids and integers dictionary-encoded, floats
-    byte-stream-split, zstd (half the size of the default, and a third of its read time);
-    store_schema=False so the text columns read back as strings, not as pandas categoricals."""
-    floats = [f.name for f in schema if pa.types.is_floating(f.type)]
-    return pq.ParquetWriter(path, schema, store_schema=False, compression="zstd",
-                            use_dictionary=[f.name for f in schema if f.name not in floats],
-                            column_encoding={c: "BYTE_STREAM_SPLIT" for c in floats})
-
-
-def coded(values, index: np.ndarray) -> pa.DictionaryArray:
-    """values[index] as a dictionary-encoded text column: no Python string per row (a 720-run sweep
-    logged every epoch has 10 M rows of run ids), and parquet stores it dictionary-encoded as is."""
-    return pa.DictionaryArray.from_arrays(pa.array(np.asarray(index, dtype=np.int32)),
-                                          pa.array(np.asarray(values, dtype=str), type=pa.string()))
 
 
 def _grid(shape: tuple[int, ...]) -> list[np.ndarray]:
@@ -190,59 +83,6 @@ def long_tables(sh: dict) -> dict[str, pa.Table]:
                                  schema=LONG_SCHEMAS["matrices"]))
     out["matrices"] = pa.concat_tables(mats) if mats else LONG_SCHEMAS["matrices"].empty_table()
     return out
-
-
-def summary_table(sh: dict) -> pd.DataFrame:
-    """One summary row per run of a shard: losses, crossing times, phases, attention and logit dynamics."""
-    rid, ep = sh["run_id"].astype(str), sh["epoch"]
-    R, K = len(rid), sh["attn"].shape[-1]
-    tl = sh["train_loss"]
-    loss0 = tl[:, 0]
-    ratio = tl / loss0[:, None]
-    summ = pd.DataFrame({
-        "run_id": rid, "loss0": loss0, "final_train_loss": tl[:, -1], "final_test_loss": sh["test_loss"][:, -1],
-        "attn_own_final": sh["attn_own"][:, -1] if K else np.full(R, np.nan),
-        "diverged": sh["diverged_at"] >= 0,
-        "diverged_epoch": pd.array(np.where(sh["diverged_at"] >= 0, sh["diverged_at"], None), dtype="Int64"),
-    })
-    for x in REL_THRESHOLDS:
-        summ[_tname("t_rel", x)] = crossing_time(ratio, ep, x)
-    for x in ABS_THRESHOLDS:
-        summ[_tname("t_abs", x)] = crossing_time(tl, ep, x)
-    found = [phases(ep, tl[r]) for r in range(R)]
-    summ["n_phases"] = pd.array([f[0] for f in found], dtype="Int64")
-    summ["phase_ends"] = pd.Series([list(f[1]) for f in found], dtype="object")
-    summ["test_loss0"] = sh["test_loss"][:, 0]
-    summ["attn_knn_final"] = sh["attn_knn"][:, -1] if "attn_knn" in sh else np.nan
-    summ["dist_target_final"] = sh["dist_target"][:, -1] if "dist_target" in sh else np.nan
-    summ["attn_off_final"] = np.nan
-    summ["attn_off_oscillates"] = pd.array([None] * R, dtype="boolean")
-    if K:
-        off = (sh["attn"].sum(axis=(2, 3)) - np.trace(sh["attn"], axis1=2, axis2=3)) / (K * (K - 1))
-        summ["attn_off_final"] = off[:, -1]
-        # oscillation: the mean off-diagonal attention turns from falling to rising at least once
-        d = np.diff(off, axis=1)
-        summ["attn_off_oscillates"] = pd.array(((d[:, :-1] < -1e-4) & (d[:, 1:] > 1e-4)).any(1), dtype="boolean")
-    q = sh.get("q_features")
-    dyn = logit_dynamics(q) if q is not None and q.size and q.shape[1] > 1 else {}
-    for col in ("qoff_rate", "qoff_fell", "qoff_oscillates"):
-        summ[col] = dyn.get(col, np.full(R, np.nan))
-    summ["train_seconds"] = float(sh["seconds"]) / R
-    summ["device"] = str(sh["device"])
-    summ["code_version"] = str(sh["code_version"]) if "code_version" in sh else "unknown"
-    summ["code_hash"] = str(sh["code_hash"]) if "code_hash" in sh else "unknown"
-    return summ
-
-
-def read_shard(path: str, only: tuple[str, ...] = ()) -> dict:
-    """The arrays of a trained shard's .npz (those whose names start with one of `only`, if
-    given), or an error that names the file and what to do."""
-    try:
-        with np.load(path) as z:
-            return {k: z[k] for k in z.files if not only or k.startswith(only)}
-    except Exception as e:
-        raise RuntimeError(f"shard file {path} is unreadable ({type(e).__name__}); delete it and rerun "
-                           "snakemake to retrain that shard") from None
 
 
 def shard_summary(path: str) -> pd.DataFrame:

@@ -7,6 +7,7 @@ import pytest
 from icl import claims
 from icl.claims import FAILS, HOLDS, NOT_TESTABLE, UNSURE
 from icl.claims import ldl as C
+from icl.measures import logit_dynamics
 from icl.theory import ldl
 
 K, N, D = 4, 100, 3.0
@@ -61,14 +62,14 @@ def logits(R, own_rise, off_change, wiggle=0.0, epochs=10):
 
 
 def with_logits(df, q):
-    return df.assign(**C.logit_dynamics(q))
+    return df.assign(**logit_dynamics(q))
 
 
 def test_logit_dynamics_per_run():
     q = logits(2, 3.0, -1.0)
     q[1, :, 0, 1] *= -1                                # run 1: one off-diagonal logit rises
     q[1, 3, 2, 3] += 0.5                               # ... and one zig-zags once
-    d = C.logit_dynamics(q)
+    d = logit_dynamics(q)
     np.testing.assert_allclose(d["qoff_rate"], [1 / 3, 1 / 3])
     np.testing.assert_allclose(d["qoff_fell"], [1.0, 11 / 12])
     np.testing.assert_allclose(d["qoff_oscillates"], [0.0, 1 / 12])

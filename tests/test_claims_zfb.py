@@ -102,7 +102,8 @@ def train_lsa(tmp, epochs, lr):
     from icl.config import validate
     from icl.data import ensure_datasets
     from icl.plan import plan
-    from icl.tables import long_tables, read_shard, runs_table
+    from icl.io import read_shard
+    from icl.tables import long_tables, runs_table
     from icl.theory.table import lsa_rows
     from icl.train import train_shard
     cfg = validate({"experiments": {"z": {

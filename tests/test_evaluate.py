@@ -166,7 +166,7 @@ def test_new_shifts_rerun_evaluation_not_training(tmp_path):
 
 def test_trained_lsa_rows_carry_the_theory_at_their_learned_matrix(trained):
     from icl.evaluate import theory_cell
-    from icl.tables import read_shard
+    from icl.io import read_shard
     recs, paths, tmp = trained
     df = evaluate_trained(recs, paths, str(tmp / "lsa.npz"), str(tmp / "learned.parquet"))
     lsa_rows = df[df["model_kind"] == "lsa"]

@@ -26,7 +26,7 @@ def test_slope_equals_numpy_polyfit():
 def test_bootstrap_equals_refitting_each_resample_of_seeds():
     """The weighted closed form against the definition: draw seeds with replacement, stack their
     runs, fit a line with numpy; the same draws give the same 2000 slopes, so the same interval."""
-    from icl.fits import N_BOOT
+    from icl.stats import N_BOOT
     df = _frame(-2.0, 0.3, seeds=6, seed=3)
     _, lo, hi, _, _ = slope_with_bootstrap(df, "t", seed=7)
     uniq = np.unique(df["seed"])

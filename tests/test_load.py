@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 import icl
-from icl.tables import write_parquet
+from icl.io import write_parquet
 
 REPO = Path(__file__).resolve().parent.parent
 

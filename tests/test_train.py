@@ -8,7 +8,7 @@ import pytest
 from icl.config import validate
 from icl.data import write_dataset
 from icl.plan import plan
-from icl.tables import summary_table
+from icl.measures import summary_table
 from icl.train import train_shard
 
 

@@ -79,7 +79,7 @@ def test_tables_have_design_columns(finished):
 def test_long_tables_read_back_as_text_and_by_run(finished):
     """Written shard by shard with dictionary-encoded ids, they read back as plain strings (not
     categoricals); read_parquet(run_ids=...) gives the rows pandas' own filter gives."""
-    from icl.tables import read_parquet
+    from icl.io import read_parquet
     res = finished / "results/tiny"
     for name, text in (("curves", ["run_id", "metric"]), ("attention", ["run_id"]), ("matrices", ["run_id", "name"])):
         df = pd.read_parquet(res / f"{name}.parquet")

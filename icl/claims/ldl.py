@@ -21,14 +21,15 @@ import pandas as pd
 
 from icl import fits
 from icl.claims import FAILS, HOLDS, NOT_TESTABLE, UNSURE, fmt, verdict
+from icl.data import feature_probs
 from icl.phases import phases
+from icl.stats import median_interval
 from icl.tasks import scales_with_L
 from icl.theory import ldl
 
 SLOPE_TOL = 0.1        # slopes: the theory's exponent may lie this far outside the bootstrap interval
 EPS_TOL = 0.25         # ε-exponent β = dlog T / dlog(1/ε): allowed distance from the theory's
 MEAN_FIELD_TOL = 0.1   # mean field: median |log(loss / mean-field loss)| over the logged epochs
-N_BOOT = 2000
 
 
 def runs_frame(tabs: dict, model: str) -> tuple[pd.DataFrame, int]:
@@ -62,7 +63,7 @@ def regimes(df: pd.DataFrame, factor: float = 1.0) -> pd.Series:
 def probs(df: pd.DataFrame) -> np.ndarray:
     """Feature frequencies p_k of the runs (uniform 1/K unless the config gives probs)."""
     p = df["probs"].dropna()
-    return np.asarray(json.loads(p.iloc[0]), float) if len(p) else np.full(int(df["K"].iloc[0]), 1 / df["K"].iloc[0])
+    return feature_probs({"K": int(df["K"].iloc[0]), "probs": json.loads(p.iloc[0]) if len(p) else None})
 
 
 def domain(df: pd.DataFrame, eps: float | None = None) -> str:
@@ -81,15 +82,6 @@ def domain(df: pd.DataFrame, eps: float | None = None) -> str:
         if eps is not None and K < 1 / eps:
             out.append(f"K = {K} < 1/ε = {1 / eps:.3g}")
     return "; ".join(out)
-
-
-def _boot_median(x: np.ndarray, seed: int = 0) -> tuple[float, float]:
-    x = np.asarray(x, float)
-    if len(x) < 2:
-        return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    meds = np.median(x[rng.integers(0, len(x), (N_BOOT, len(x)))], axis=1)
-    return tuple(np.percentile(meds, [2.5, 97.5]))
 
 
 def _not_gd(claim_id, df, model):
@@ -120,38 +112,11 @@ def attention_to_one(df: pd.DataFrame, model: str) -> list[dict]:
                     measurement=f"final Attn_own: median {med:.3f}, 10th percentile {p10:.3f} over {len(own)} runs")]
 
 
-def logit_dynamics(q: np.ndarray) -> dict:
-    """Per run, from its feature logits q (R, E, K, K) over the logged epochs (q[r, e, i, j] =
-    v_jᵀ Q v_i, i the query's feature): `qoff_rate`, the median over off-diagonal logits of
-    −Δq_(i,j) / Δq_(i,i) over training (where the own logit rose); `qoff_fell`, the share of
-    off-diagonal logits that fell; `qoff_oscillates`, the share whose increments change sign at
-    least once (steps below 1e-6 of the largest left out). Computed by the tables step."""
-    R, E, K, _ = q.shape
-    off = ~np.eye(K, dtype=bool)
-    total = q[:, -1] - q[:, 0]
-    rise = np.broadcast_to(np.diagonal(total, axis1=1, axis2=2)[:, :, None], (R, K, K))[:, off]
-    change = total[:, off]                                         # (R, K(K-1))
-    ratio = np.where(rise > 0, -change / np.where(rise > 0, rise, 1.0), np.nan)
-    some = (rise > 0).any(1)                                       # runs whose own logits rose at all
-    rate = np.full(R, np.nan)
-    rate[some] = np.nanmedian(ratio[some], axis=1)
-    inc = np.diff(q, axis=1)[:, :, off]                            # (R, E-1, K(K-1))
-    tol = 1e-6 * (np.abs(inc).max(axis=1, keepdims=True) + 1e-30)
-    sgn = np.where(np.abs(inc) > tol, np.sign(inc), 0.0)
-    last = np.zeros_like(sgn[:, 0])                                # the last nonzero sign so far
-    flips = np.zeros(last.shape, dtype=bool)
-    for e in range(sgn.shape[1]):
-        s = sgn[:, e]
-        flips |= (s != 0) & (last != 0) & (s != last)
-        last = np.where(s != 0, s, last)
-    return {"qoff_rate": rate, "qoff_fell": (change < 0).mean(1), "qoff_oscillates": flips.mean(1)}
-
-
 def offdiag_logits(df: pd.DataFrame, model: str) -> list[dict]:
     """q_{k,k'} falls while q_k rises, more slowly (LDL Props. 2-4: rate O(·/K²) against Θ(·/K)),
-    and may oscillate; from the summary's per-run logit dynamics (`logit_dynamics`). Holds if 90%
-    of the off-diagonal logits fell and the median rate ratio is in (0, 1), fails if fewer than
-    half fell or the ratio is outside (0, 1)."""
+    and may oscillate; from the summary's per-run logit dynamics (icl.measures.logit_dynamics).
+    Holds if 90% of the off-diagonal logits fell and the median rate ratio is in (0, 1), fails if
+    fewer than half fell or the ratio is outside (0, 1)."""
     cid, pred = "ldl.offdiag_logits", "q_{k,k'} decreases, −Δq_{k,k'}/Δq_k in (0, 1)"
     if "qoff_fell" not in df or df["qoff_fell"].isna().all():
         return [verdict(cid, NOT_TESTABLE, model=model, prediction=pred, measurement="no feature logits logged",
@@ -161,7 +126,7 @@ def offdiag_logits(df: pd.DataFrame, model: str) -> list[dict]:
         return [verdict(cid, UNSURE, model=model, prediction=pred, measurement="the own logits did not rise",
                         reason="no run's own logit q_k rose, so there is no rate to compare with")]
     med = float(np.median(r))
-    lo, hi = _boot_median(r)
+    lo, hi = median_interval(r)
     frac, osc = float(df["qoff_fell"].mean()), float(df["qoff_oscillates"].mean())
     v = HOLDS if frac >= 0.9 and 0 < med < 1 else FAILS if frac < 0.5 or med >= 1 or med <= 0 else UNSURE
     why = {HOLDS: "", FAILS: f"{frac:.0%} of the off-diagonal logits fell and the median rate ratio is {med:.2f}",
@@ -268,7 +233,7 @@ def time_vs_eps(df: pd.DataFrame, curves: pd.DataFrame, model: str, factor: floa
         r = regimes(g, factor)
         b_th = np.log(fits.theory_time(g, r, e_lo) / fits.theory_time(g, r, e_hi)) / d
         med, th = float(np.median(beta)), float(np.median(b_th))
-        lo, hi = _boot_median(beta)
+        lo, hi = median_interval(beta)
         ok = np.isfinite(lo) and lo - EPS_TOL <= th <= hi + EPS_TOL
         v = HOLDS if ok else FAILS
         ag = a[g.index].dropna()

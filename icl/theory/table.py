@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from icl.data import covariance, features
+from icl.data import covariance, feature_probs, features
 from icl.tasks import family
 from icl.theory import ldl, lsa
 
@@ -100,7 +100,7 @@ def mean_field_rows(plan_runs: list[dict], log_epochs) -> pd.DataFrame:
         C = family(task["kind"]).label_cov(task, V)
         if C is None:   # no closed-form label covariance for this task family: no curve
             continue
-        p = np.asarray(tok.get("probs") or np.full(tok["K"], 1.0 / tok["K"]))
+        p = feature_probs(tok)
         ep = np.asarray(log_epochs(s["train"]["epochs"], s["train"]["log_every"]))
         # seeds share the curve when the features do not depend on the seed (orthogonal features)
         key = (V.tobytes(), p.tobytes(), C.tobytes(), model["lr"], s["train"]["epochs"], ep.tobytes())
