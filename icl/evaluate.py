@@ -1,14 +1,11 @@
 """Evaluation under shift (ZFB): every trained model of a shard and every baseline, on the same
 test prompts, over test lengths M and shifts; one row per (predictor, shift, c, M).
 
-Baselines: OLS (minimum norm), ridge, 1-NN, a Nadaraya-Watson kernel smoother (what softmax
-attention approximates), for discrete tokens the oracle that averages the labels of the tokens
-sharing the query's feature (what perfectly converged attention computes), and the closed-form
-LSA optimum with no training ("lsa_limit"). Rows of
-trained LSA runs and of lsa_limit carry the theory's exact MSE and slope at the optimum
-(icl.theory.lsa); trained LSA rows also carry them at the run's learned matrix
-(theory_*_learned), so formula error and optimisation error can be told apart. What each shift
-does to the prompts and to the theory lives in icl.shifts.
+The baselines (OLS, ridge, 1-NN, Nadaraya-Watson, the feature oracle, the untrained LSA optimum
+"lsa_limit") are icl.baselines'. Rows of trained LSA runs and of lsa_limit carry the theory's
+exact MSE and slope at the optimum (icl.shifts.theory_cell); trained LSA rows also carry them at
+the run's learned matrix (theory_*_learned), so formula error and optimisation error can be told
+apart. What each shift does to the prompts and to the theory lives in icl.shifts.
 
 A step of its own after training (`icl evaluate`, reading the trained parameters from the
 shard's .npz): adding a shift or a test length reruns this, never the training.
@@ -23,13 +20,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from icl import models, shifts
+from icl import baselines, models, shifts
 from icl.data import STREAM_EVAL, read_datasets, rng, sample_tokens
-from icl.plan import eval_bytes, stable_hash
 from icl.io import SHIFT_DTYPES, empty_shift, read_shard, write_parquet
+from icl.plan import eval_bytes, stable_hash
+from icl.shifts import theory_cell
 from icl.tasks import sample_labels
-from icl.theory import lsa
-from icl.theory.table import lsa_optimum
 from icl.train import pick_device
 
 
@@ -64,20 +60,6 @@ def eval_prompts(spec: dict, feats, kind: str, c, M: int, stream: int):
     return x, y, feat
 
 
-def theory_cell(spec: dict, kind: str, c, M: int, B=None):
-    """(mse, slope) on this cell of ŷ = x_qᵀ B m̂, exact at finite N and M: B = the LSA optimum by
-    default, or any matrix (a trained LSA's learned one). NaN where there is no closed form."""
-    law = shifts.get(kind)                                    # an unknown shift is an error here too
-    if spec["task"]["kind"] != "linear":
-        return np.nan, np.nan
-    B0, tk, par = lsa_optimum(spec)
-    if B0 is None:
-        return np.nan, np.nan
-    d = spec["tokens"]["d"]
-    train = ("fixed", par, None) if tk == "gaussian" else ("random", par, None)
-    return shifts.theory(B0 if B is None else B, law.law(train, c, d), d, M)
-
-
 def _stats(pred: np.ndarray, y: np.ndarray):
     """MSE, its standard error, the slope Σŷy/Σy² (regression through the origin, as the theory's
     E[ŷy]/E[y²]) and the slope's heteroskedasticity-robust standard error sqrt(Σ r²y²)/Σy²."""
@@ -88,32 +70,6 @@ def _stats(pred: np.ndarray, y: np.ndarray):
     resid = pred - slope[..., None] * y
     slope_se = np.sqrt((resid * resid * y * y).sum(-1)) / yy
     return err.mean(-1), err.std(-1, ddof=1) / np.sqrt(n), slope, slope_se
-
-
-def baselines(x: np.ndarray, y: np.ndarray, ridge: float, feat: np.ndarray | None = None) -> dict:
-    """Predictions of the query's label from the context alone: x (P, M+1, d), y (P, M+1).
-    feat (P, M+1): feature indices of discrete tokens; with it, the feature oracle is added (the
-    mean label of the context tokens that share the query's feature, or of all context tokens
-    when none does)."""
-    X, t, xq = x[:, :-1], y[:, :-1], x[:, -1]
-    d = X.shape[-1]
-    XtX = np.einsum("pmi,pmj->pij", X, X)
-    Xty = np.einsum("pmi,pm->pi", X, t)
-    w_ols = np.einsum("pij,pj->pi", np.linalg.pinv(XtX, hermitian=True), Xty)   # = pinv(X) y: minimum norm
-    w_ridge = np.linalg.solve(XtX + ridge * np.eye(d), Xty[..., None])[..., 0]
-    dist2 = ((X - xq[:, None]) ** 2).sum(-1)
-    h2 = np.median(dist2, axis=1, keepdims=True) + 1e-12    # bandwidth: median squared distance
-    logits = -dist2 / h2
-    wts = np.exp(logits - logits.max(1, keepdims=True))
-    nw = (wts * t).sum(1) / wts.sum(1)
-    nn = np.take_along_axis(t, dist2.argmin(1)[:, None], 1)[:, 0]
-    out = {"ols": (xq * w_ols).sum(-1), "ridge": (xq * w_ridge).sum(-1), "nearest_neighbor": nn,
-           "nadaraya_watson": nw}
-    if feat is not None and (feat >= 0).all():
-        same = feat[:, :-1] == feat[:, -1:]
-        n_same = same.sum(1)
-        out["feature_oracle"] = np.where(n_same > 0, (same * t).sum(1) / np.maximum(n_same, 1), t.mean(1))
-    return out
 
 
 def baseline_owners(runs: list[dict]) -> dict:
@@ -167,15 +123,12 @@ def evaluate_shard(runs, cache, model, params, active, dev, label="shard", basel
                     continue
                 done.add(key)
                 xs, ys, fs = data[i]
-                preds = baselines(xs, ys, ev.get("ridge", 0.1), fs)
-                B, _, _ = lsa_optimum(r["spec"])
-                if B is not None and r["spec"]["task"]["kind"] == "linear":
-                    preds["lsa_limit"] = lsa.lsa_predict(B, xs[:, :-1], ys[:, :-1], xs[:, -1])
-                for name, p in preds.items():
+                for name, p in baselines.predict_all(xs, ys, ev.get("ridge", 0.1), fs, r["spec"]).items():
+                    b = baselines.REGISTRY[name]
                     m, s_, sl, sl_se = _stats(p[None], ys[None, :, -1])
-                    th = theory_cell(r["spec"], kind, c1, M) if name == "lsa_limit" else nan2
+                    th = b.theory(r["spec"], kind, c1, M)
                     rows.append({"predictor": name, "model_kind": "baseline", "run_id": None,
-                                 "eval_id": key[0], "N": key[1] if name == "lsa_limit" else None,
+                                 "eval_id": key[0], "N": key[1] if b.trained_length else None,
                                  "shift": kind, "c": cval, "M": M, "mse": m[0], "mse_se": s_[0], "slope": sl[0],
                                  "slope_se": sl_se[0],
                                  "theory_mse": th[0], "theory_slope": th[1],

@@ -1,7 +1,8 @@
 """Every evaluation shift (ZFB's covariate and query shifts) in one place: how it changes the test
-prompts and what test law the LSA theory then sees. A new shift is one entry of SHIFTS here plus
-its name in the schema (evaluate.shifts.kind); an unknown kind is an error, never a silent
-fallback to the in-distribution formula.
+prompts, what test law the LSA theory then sees, and the theory's error and slope on a cell
+(theory_cell). A new shift is one entry of SHIFTS here plus its name in the schema
+(evaluate.shifts.kind); an unknown kind is an error, never a silent fallback to the
+in-distribution formula.
 
 A *law* is what icl.theory.lsa needs to know about the test prompts:
   ("fixed", Λ_t, Λ_q)        tokens x ~ N(0, Λ_t), query ~ N(0, Λ_q) (None: Λ_q = Λ_t);
@@ -16,6 +17,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from icl.theory import lsa
+from icl.theory.table import lsa_optimum
 
 
 class Shift(NamedTuple):
@@ -91,3 +93,17 @@ def theory(B, law, d: int, M: int) -> tuple[float, float]:
     if kind == "fixed":
         return lsa.risk(B, par, M, Lam_query=q), lsa.slope(B, par, q)
     return lsa.random_cov_risk(B, d, M, scale=par, Lam_query=q), lsa.random_cov_slope(B, d, scale=par, Lam_query=q)
+
+
+def theory_cell(spec: dict, kind: str, c, M: int, B=None):
+    """(mse, slope) on this cell of ŷ = x_qᵀ B m̂, exact at finite N and M: B = the LSA optimum by
+    default, or any matrix (a trained LSA's learned one). NaN where there is no closed form."""
+    law = get(kind)                             # an unknown shift is an error here too
+    if spec["task"]["kind"] != "linear":
+        return np.nan, np.nan
+    B0, tk, par = lsa_optimum(spec)
+    if B0 is None:
+        return np.nan, np.nan
+    d = spec["tokens"]["d"]
+    train = ("fixed", par, None) if tk == "gaussian" else ("random", par, None)
+    return theory(B0 if B is None else B, law.law(train, c, d), d, M)

@@ -14,7 +14,8 @@ import yaml
 
 from icl.config import ConfigError, validate
 from icl.data import ensure_datasets
-from icl.evaluate import baselines, evaluate_trained
+from icl.baselines import predict_all
+from icl.evaluate import evaluate_trained
 from icl.models import SoftmaxQ
 from icl.plan import plan
 from icl.train import train_shard
@@ -42,14 +43,14 @@ def test_nearest_neighbor_and_feature_oracle_against_loops():
     f[0, :-1] = (f[0, -1] + 1) % K                     # prompt 0: no context token shares the query's feature
     x = feats[f] + 0.1 * g.standard_normal((P, M + 1, d))
     y = g.standard_normal((P, M + 1))
-    b = baselines(x, y, ridge=0.1, feat=f)
+    b = predict_all(x, y, ridge=0.1, feat=f)
     for p in range(P):
         dist = [np.sum((x[p, n] - x[p, -1]) ** 2) for n in range(M)]
         assert b["nearest_neighbor"][p] == y[p, int(np.argmin(dist))]
         same = [y[p, n] for n in range(M) if f[p, n] == f[p, -1]]
         expect = np.mean(same) if same else np.mean(y[p, :-1])
         assert b["feature_oracle"][p] == pytest.approx(expect, rel=1e-12)
-    assert "feature_oracle" not in baselines(x, y, ridge=0.1)   # continuous tokens: no oracle
+    assert "feature_oracle" not in predict_all(x, y, ridge=0.1)   # continuous tokens: no oracle
 
 
 def test_feature_oracle_is_what_saturated_attention_computes():
@@ -60,7 +61,7 @@ def test_feature_oracle_is_what_saturated_attention_computes():
     feats = 2.0 / np.sqrt(2) * np.eye(d)[:K]
     f = g.integers(0, K, (P, M + 1))
     x, y = feats[f], g.standard_normal((P, M + 1))
-    oracle = baselines(x, y, ridge=0.1, feat=f)["feature_oracle"]
+    oracle = predict_all(x, y, ridge=0.1, feat=f)["feature_oracle"]
     model = SoftmaxQ({}, d)
     gaps = []
     for s in (1.0, 5.0, 30.0):
@@ -94,6 +95,31 @@ def test_evaluation_rows_and_chunking(trained):
     pd.testing.assert_frame_equal(whole.sort_values(key, ignore_index=True),
                                   chunked.sort_values(key, ignore_index=True))
     assert pd.read_parquet(tmp / "chunked.parquet").shape == chunked.shape
+
+
+def test_a_baseline_joins_in_one_place(trained, monkeypatch):
+    """The built-in baselines in their order of rows, and a new one: one class, registered, and
+    its rows appear in shift.parquet under its name, with its theory."""
+    from icl import baselines
+    assert list(baselines.REGISTRY) == ["ols", "ridge", "nearest_neighbor", "nadaraya_watson", "feature_oracle",
+                                        "lsa_limit"]
+    monkeypatch.setattr(baselines, "REGISTRY", dict(baselines.REGISTRY))
+
+    @baselines.register
+    class ContextMean(baselines.Baseline):
+        name = "context_mean"
+
+        def predict(self, x, y, feat, ridge, spec):
+            return y[:, :-1].mean(1)
+
+        def theory(self, spec, kind, c, M):
+            return 1.0, 0.0
+
+    recs, paths, tmp = trained
+    df = evaluate_trained(recs, paths, str(tmp / "lsa.npz"), str(tmp / "mean.parquet"))
+    mine = df[df["predictor"] == "context_mean"]
+    assert len(mine) == 3 * 2 * 2 and (mine["model_kind"] == "baseline").all()     # seeds x cells x lengths
+    assert (mine["theory_mse"] == 1.0).all() and mine["N"].isna().all()
 
 
 def test_evaluation_skips_diverged_runs_and_names_a_foreign_file(trained):
@@ -165,7 +191,7 @@ def test_new_shifts_rerun_evaluation_not_training(tmp_path):
 
 
 def test_trained_lsa_rows_carry_the_theory_at_their_learned_matrix(trained):
-    from icl.evaluate import theory_cell
+    from icl.shifts import theory_cell
     from icl.io import read_shard
     recs, paths, tmp = trained
     df = evaluate_trained(recs, paths, str(tmp / "lsa.npz"), str(tmp / "learned.parquet"))
@@ -183,7 +209,8 @@ def test_trained_lsa_rows_carry_the_theory_at_their_learned_matrix(trained):
 def test_learned_theory_reads_w22_times_W11_transposed():
     """On a rotated anisotropic Λ, an LSA with a non-symmetric W11: the measured MSE and slope match
     the theory at B = w22·W11ᵀ within 5 s.e., and the MSE rejects the theory at w22·W11."""
-    from icl.evaluate import evaluate_shard, theory_cell
+    from icl.evaluate import evaluate_shard
+    from icl.shifts import theory_cell
     from icl.models import LSA
     d = 3
     spec = {"tokens": {"kind": "gaussian", "d": d, "covariance": {"eigenvalues": [2.5, 1.0, 0.3], "rotation_seed": 2}},
@@ -204,7 +231,8 @@ def test_learned_theory_reads_w22_times_W11_transposed():
 
 
 def test_unknown_shift_is_an_error_not_the_in_distribution_formula():
-    from icl.evaluate import eval_prompts, theory_cell
+    from icl.evaluate import eval_prompts
+    from icl.shifts import theory_cell
     spec = {"tokens": {"kind": "gaussian", "d": 2, "covariance": "identity"}, "task": {"kind": "linear"},
             "prompts": {"N": 8}, "seed": 0, "evaluate": {"prompts": 10}}
     with pytest.raises(ValueError, match="unknown shift 'label_noise'"):

@@ -4,7 +4,9 @@ import pytest
 import torch
 
 from icl.data import make_dataset
-from icl.evaluate import _stats, baselines, cells, eval_prompts, theory_cell
+from icl.baselines import predict_all
+from icl.evaluate import _stats, cells, eval_prompts
+from icl.shifts import theory_cell
 from icl.models import LSA
 from icl.theory import lsa
 
@@ -84,7 +86,7 @@ def test_baselines():
     x = g.standard_normal((40, M + 1, d))
     w = g.standard_normal((40, d))
     y = np.einsum("ptd,pd->pt", x, w)
-    b = baselines(x, y, ridge=0.1)
+    b = predict_all(x, y, ridge=0.1)
     np.testing.assert_allclose(b["ols"], y[:, -1], atol=1e-9)            # noise-free, M >= d: exact
     ref = [x[p, -1] @ np.linalg.solve(x[p, :-1].T @ x[p, :-1] + 0.1 * np.eye(d), x[p, :-1].T @ y[p, :-1])
            for p in range(40)]
@@ -92,7 +94,7 @@ def test_baselines():
     # minimum-norm OLS when M < d equals numpy's lstsq (which returns the minimum-norm solution)
     xs, ys = x[:, :3], y[:, :3]
     xs = np.concatenate([xs[:, :2], xs[:, -1:]], axis=1)
-    b2 = baselines(xs, ys[:, [0, 1, 2]], ridge=0.1)["ols"]
+    b2 = predict_all(xs, ys[:, [0, 1, 2]], ridge=0.1)["ols"]
     ref2 = [xs[p, -1] @ np.linalg.lstsq(xs[p, :-1], ys[p, :2], rcond=None)[0] for p in range(40)]
     np.testing.assert_allclose(b2, ref2, rtol=1e-8, atol=1e-10)
     # Nadaraya-Watson is a convex combination of the context labels
