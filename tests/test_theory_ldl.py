@@ -125,3 +125,36 @@ def test_mean_field_curves_collapse_on_the_clock():
         np.testing.assert_allclose(r, rel[0], rtol=1e-9)
     assert max(rates) / min(rates) > 2                       # the old clock would put them apart
     assert rel[0][-1] < 0.5 * rel[0][0]                       # and the curve does move
+
+
+def test_mean_field_step_is_eta_v4_times_the_population_losss_largest_curvature():
+    """At S = 0 with orthogonal features the step's Jacobian is η‖v‖⁴∇²L: its spectral radius
+    must equal η‖v‖⁴ times the largest eigenvalue of the Hessian, here taken independently by
+    second differences of the loss itself (not of its gradient)."""
+    K, d, Dl, eta = 4, 15, 3.0, 5.0
+    V = Dl / np.sqrt(2) * np.eye(K, d)
+    p = np.full(K, 1 / K)
+    C = ldl.cosine_label_cov(V, 1.0, 0.5)
+    D = ldl.diff_cov(C)
+    loss = lambda S: ldl.population_loss_and_grad(S.reshape(K, K), p, D)[0]
+    h, n = 1e-3, K * K
+    H = np.empty((n, n))
+    for i in range(n):
+        for j in range(n):
+            ei, ej = np.eye(n)[i] * h, np.eye(n)[j] * h
+            H[i, j] = (loss(ei + ej) - loss(ei - ej) - loss(ej - ei) + loss(-ei - ej)) / (4 * h * h)
+    want = eta * (Dl ** 2 / 2) ** 2 * np.abs(np.linalg.eigvalsh(H)).max()
+    assert ldl.mean_field_step(V, p, C, eta, 0, points=1) == pytest.approx(want, rel=1e-4)
+
+
+def test_beyond_the_bound_one_step_jumps_across_the_dynamics():
+    """mean_field_step measures a step against the curvature scale: at ~0.1 one GD step on the
+    population loss removes a few percent of it (the dynamics unfold over many steps, as Lemma 2
+    describes them); above 2 one step removes almost all of it (the softmax saturates), so there
+    are no dynamics for the mean-field curve to predict."""
+    V = 3 / np.sqrt(2) * np.eye(4, 15)
+    p, C = np.full(4, 0.25), ldl.cosine_label_cov(V, 0.4, 0.5)
+    assert ldl.mean_field_step(V, p, C, 5.0, 50) < 0.2 and ldl.mean_field_step(V, p, C, 200.0, 50) > 2
+    calm = ldl.mean_field_curve_cov(V, p, C, 5.0, 5)[0]
+    jump = ldl.mean_field_curve_cov(V, p, C, 200.0, 5)[0]
+    assert calm[1] / calm[0] > 0.9 and jump[1] / jump[0] < 0.01

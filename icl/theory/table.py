@@ -12,25 +12,49 @@ from icl.theory import ldl, lsa
 EPS = 1e-2   # the theorems' absolute accuracy ε used for T_star (unit constants)
 
 
-def ldl_rows(plan_runs: list[dict]) -> pd.DataFrame:
-    rows = []
+def ldl_rows(plan_runs: list[dict], flat_max_L: float | None = None) -> pd.DataFrame:
+    """LDL's predictions per run: L*, the flat/sharp split every table and figure uses (`L_split`,
+    icl.theory.ldl.split: the config's report.flat_max_L, else L*) and the regime it gives, the
+    time scales at unit constants, the collapse clock's rate, and for softmax_q under GD how large
+    one step is against the population loss's curvature (`mf_step`, icl.theory.ldl.mean_field_step:
+    where the mean-field curve makes a prediction)."""
+    rows, memo = [], {}
     for r in plan_runs:
         s = r["spec"]
         tok, task, model = s["tokens"], s["task"], s["model"]
-        row = {"run_id": r["run_id"], "regime": None, "L_star": np.nan, "delta_conc": np.nan,
-               "T1": np.nan, "T_star": np.nan, "n_phases_pred": pd.NA, "clock_per_epoch": np.nan}
+        row = {"run_id": r["run_id"], "regime": None, "L_star": np.nan, "L_split": np.nan, "delta_conc": np.nan,
+               "T1": np.nan, "T_star": np.nan, "n_phases_pred": pd.NA, "clock_per_epoch": np.nan, "mf_step": np.nan}
         if tok["kind"] == "discrete" and family(task["kind"]).ldl:
             K, N, D, L, eta = tok["K"], s["prompts"]["N"], tok["delta"], task["L"], model["lr"]
-            reg = ldl.regime(L, K, N, D)
-            row.update(regime=reg, L_star=ldl.L_star(K, N, D), delta_conc=ldl.delta_conc(K, N),
+            cut = ldl.split(K, N, D, flat_max_L)
+            reg = "flat" if L <= cut else "sharp"
+            row.update(regime=reg, L_star=ldl.L_star(K, N, D), L_split=cut, delta_conc=ldl.delta_conc(K, N),
                        T1=ldl.T1(K, eta, L, D),
                        T_star=(ldl.T_flat if reg == "flat" else ldl.T_sharp)(K, N, eta, L, D, EPS),
-                       n_phases_pred=ldl.predicted_phases(reg), clock_per_epoch=clock_per_epoch(s))
+                       n_phases_pred=ldl.predicted_phases(reg), clock_per_epoch=clock_per_epoch(s),
+                       mf_step=mean_field_step(s, memo))
         rows.append(row)
     df = pd.DataFrame(rows)
     df["n_phases_pred"] = df["n_phases_pred"].astype("Int64")
     df["regime"] = df["regime"].astype("string")
     return df
+
+
+def mean_field_step(spec: dict, memo: dict) -> float:
+    """icl.theory.ldl.mean_field_step for a softmax_q run under GD whose task knows its label
+    covariance (NaN otherwise); runs that share features, frequencies, task and η share it."""
+    tok, task, model = spec["tokens"], spec["task"], spec["model"]
+    if not (model["kind"] == "softmax_q" and model["optimizer"] == "gd"):
+        return np.nan
+    V = features(tok, spec["seed"]).astype(float)
+    C = family(task["kind"]).label_cov(task, V)
+    if C is None:
+        return np.nan
+    p = feature_probs(tok)
+    key = (V.tobytes(), p.tobytes(), C.tobytes(), model["lr"], spec["train"]["epochs"])
+    if key not in memo:
+        memo[key] = ldl.mean_field_step(V, p, C, model["lr"], spec["train"]["epochs"])
+    return memo[key]
 
 
 def clock_per_epoch(spec: dict) -> float:
