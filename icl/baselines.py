@@ -70,6 +70,16 @@ class Ridge(Baseline):
 
 
 @register
+class UniformAttention(Baseline):
+    """The mean of the context labels: what softmax attention computes before it has learned
+    anything (Q = 0). What a model must beat to have learned in context."""
+    name = "uniform_attention"
+
+    def predict(self, x, y, feat, ridge, spec):
+        return y[:, :-1].mean(1)
+
+
+@register
 class NearestNeighbor(Baseline):
     """The label of the context token nearest the query."""
     name = "nearest_neighbor"

@@ -111,7 +111,8 @@ def cmd_theory(args) -> None:
     from icl.plan import log_epochs
     pl = _read_plan(args.plan)
     meta = stamp(pl["config_hash"])
-    write_parquet(ldl_rows(pl["runs"]).merge(lsa_rows(pl["runs"]), on="run_id"), args.out, meta)
+    flat_max_L = (pl["config"].get("report") or {}).get("flat_max_L")
+    write_parquet(ldl_rows(pl["runs"], flat_max_L).merge(lsa_rows(pl["runs"]), on="run_id"), args.out, meta)
     write_parquet(mean_field_rows(pl["runs"], log_epochs), args.curves, meta)
 
 

@@ -1,17 +1,23 @@
 """Per-run measurements of the training dynamics, made once by the tables step from a shard's
-logged arrays and stored in summary.parquet: crossing times of loss thresholds, phases
-(icl.phases), final attention, divergence and the dynamics of softmax_q's feature logits. The
-claims (icl.claims) read these columns; they never recompute them.
+arrays and stored in summary.parquet: crossing times of loss thresholds and the own attention
+there, phases (icl.phases), the end of Phase I, final attention, divergence, memorisation and
+the dynamics of softmax_q's feature logits. Everything that depends on time is measured on the
+trace, the values of every epoch (icl.train.Trace), so it does not depend on `log_every`;
+shards written before the trace existed fall back to the logged epochs. The claims
+(icl.claims) read these columns; they never recompute them.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from icl.phases import phases
+from icl.phases import logit, phases
+from icl.theory.ldl import delta_conc
 
 REL_THRESHOLDS = (1e-1, 1e-2, 1e-3)
 ABS_THRESHOLDS = (1e-2, 1e-3, 1e-4)   # on the loss itself: the theorems' loss ≤ ε² (icl.fits.eps_of)
+PHASE_WINDOW = 1e-3    # phases are counted until the loss first falls to this share of loss₀ (or to the end)
+MEMORISES = 0.05       # test loss up by this share from its lowest while the train loss fell by as much
 
 
 def _tname(prefix: str, x: float) -> str:
@@ -37,15 +43,18 @@ def crossing_time(ratio: np.ndarray, epochs: np.ndarray, x: float) -> pd.array:
 
 
 def logit_dynamics(q: np.ndarray) -> dict:
-    """Per run, from its feature logits q (R, E, K, K) over the logged epochs (q[r, e, i, j] =
-    v_jᵀ Q v_i, i the query's feature): `qoff_rate`, the median over off-diagonal logits of
-    −Δq_(i,j) / Δq_(i,i) over training (where the own logit rose); `qoff_fell`, the share of
-    off-diagonal logits that fell; `qoff_oscillates`, the share whose increments change sign at
-    least once (steps below 1e-6 of the largest left out). Computed by the tables step."""
+    """Per run, from its feature logits q (R, E, K, K) at every epoch (q[r, e, i, j] = v_jᵀ Q v_i,
+    i the query's feature): `qoff_rate`, the median over off-diagonal logits of −Δq_(i,j)/Δq_(i,i)
+    over training (where the own logit rose); `qoff_fell`, the share of off-diagonal logits that
+    fell; `qoff_oscillates`, the share whose increments change sign at least once (steps below
+    1e-6 of the largest left out); `qoff_path_excess`, the median over them of their path over
+    their net change minus 1 (0 for a monotone change, however noisy the grid); `qown_drop`, the
+    largest single-epoch fall of an own logit as a share of its rise (Lemma 2: 0)."""
     R, E, K, _ = q.shape
-    off = ~np.eye(K, dtype=bool)
+    off, eye = ~np.eye(K, dtype=bool), np.eye(K, dtype=bool)
     total = q[:, -1] - q[:, 0]
-    rise = np.broadcast_to(np.diagonal(total, axis1=1, axis2=2)[:, :, None], (R, K, K))[:, off]
+    own_rise = np.diagonal(total, axis1=1, axis2=2)                # (R, K)
+    rise = np.broadcast_to(own_rise[:, :, None], (R, K, K))[:, off]
     change = total[:, off]                                         # (R, K(K-1))
     ratio = np.where(rise > 0, -change / np.where(rise > 0, rise, 1.0), np.nan)
     some = (rise > 0).any(1)                                       # runs whose own logits rose at all
@@ -60,29 +69,119 @@ def logit_dynamics(q: np.ndarray) -> dict:
         s = sgn[:, e]
         flips |= (s != 0) & (last != 0) & (s != last)
         last = np.where(s != 0, s, last)
-    return {"qoff_rate": rate, "qoff_fell": (change < 0).mean(1), "qoff_oscillates": flips.mean(1)}
+    path = np.abs(inc).sum(1)
+    net = np.abs(change)
+    excess = np.where(net > 1e-12 * (path + 1e-30), path / np.where(net > 0, net, 1.0) - 1.0, np.nan)
+    own_inc = np.diff(q, axis=1)[:, :, eye]                        # (R, E-1, K)
+    drop = np.where(own_rise > 0, np.clip(-own_inc, 0, None).max(1) / np.where(own_rise > 0, own_rise, 1.0), np.nan)
+    with np.errstate(all="ignore"):
+        return {"qoff_rate": rate, "qoff_fell": (change < 0).mean(1), "qoff_oscillates": flips.mean(1),
+                "qoff_path_excess": np.nanmedian(np.where(np.isfinite(excess), excess, np.nan), axis=1)
+                if excess.size else np.full(R, np.nan),
+                "qown_drop": np.nanmax(np.where(np.isfinite(drop), drop, -np.inf), axis=1).clip(0)
+                if drop.size else np.full(R, np.nan)}
+
+
+def level_time(values: np.ndarray, epochs: np.ndarray, level: np.ndarray) -> np.ndarray:
+    """When each run's `values` (R, E) first rise to its `level`, interpolated linearly between
+    the epochs around the crossing (NaN if never)."""
+    v = np.nan_to_num(values, nan=-np.inf)
+    hit = v >= level[:, None]
+    i = hit.argmax(1)
+    rows = np.arange(len(v))
+    prev = np.maximum(i - 1, 0)
+    a, b = v[rows, prev], v[rows, i]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = np.where((i > 0) & (a < level) & np.isfinite(a), (level - a) / (b - a), 1.0)
+    t = epochs[prev] + np.clip(frac, 0.0, 1.0) * (epochs[i] - epochs[prev])
+    return np.where(hit.any(1), t, np.nan)
+
+
+def at_times(values: np.ndarray, epochs: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Each run's values (R, E) at its own time t (R,), interpolated (NaN where t is)."""
+    return np.array([np.interp(ti, epochs, v) if np.isfinite(ti) else np.nan for v, ti in zip(values, t)])
+
+
+def late_exponent(loss: np.ndarray, epochs: np.ndarray) -> np.ndarray:
+    """a of loss ∝ t^−a over the later half (in log t) of each run's training."""
+    t = epochs.astype(float)
+    keep = (t > 0) & (np.log(np.maximum(t, 1)) >= 0.5 * np.log(max(t[-1], 1.0)))
+    out = np.full(len(loss), np.nan)
+    if keep.sum() < 3:
+        return out
+    x = np.log(t[keep])
+    for r, y in enumerate(loss[:, keep]):
+        ok = np.isfinite(y) & (y > 0)
+        if ok.sum() >= 3:
+            xm = x[ok] - x[ok].mean()
+            out[r] = -float((xm * (np.log(y[ok]) - np.log(y[ok]).mean())).sum() / (xm * xm).sum())
+    return out
+
+
+def memorises(train: np.ndarray, test: np.ndarray) -> np.ndarray:
+    """Runs whose test loss on new functions rose by MEMORISES from its lowest logged value while
+    their train loss fell by as much over the same stretch: they learn their prompts, not to
+    learn in context."""
+    with np.errstate(invalid="ignore"):
+        best = np.nanargmin(np.where(np.isfinite(test), test, np.inf), axis=1)
+    rows = np.arange(len(test))
+    rose = test[:, -1] > (1 + MEMORISES) * test[rows, best]
+    fell = train[:, -1] < (1 - MEMORISES) * train[rows, best]
+    return rose & fell & np.isfinite(test[:, -1])
+
+
+def phase_counts(loss: np.ndarray, attn: np.ndarray, epochs: np.ndarray, ref: np.ndarray) -> list:
+    """icl.phases of each run's own logit, from epoch 0 until its loss first falls to
+    PHASE_WINDOW of `ref` (the uniform-attention loss: what a model that learned nothing in
+    context reaches; the end of training if it never does)."""
+    out = []
+    for l, a, r in zip(loss, attn, ref):
+        if not np.isfinite(a).any():
+            out.append(None)
+            continue
+        rel = l / r
+        end = int(np.argmax(rel <= PHASE_WINDOW)) if (rel <= PHASE_WINDOW).any() else len(l) - 1
+        out.append(phases(epochs[:end + 1], logit(a[:end + 1])))
+    return out
 
 
 def summary_table(sh: dict) -> pd.DataFrame:
-    """One summary row per run of a shard: losses, crossing times, phases, attention and logit dynamics."""
+    """One summary row per run of a shard: losses, what needs no training, crossing times and the
+    own attention there, phases, the end of Phase I, attention, memorisation and logit dynamics."""
     rid, ep = sh["run_id"].astype(str), sh["epoch"]
     R, K = len(rid), sh["attn"].shape[-1]
-    tl = sh["train_loss"]
+    traced = "trace_train_loss" in sh
+    tl = sh["trace_train_loss"] if traced else sh["train_loss"]
+    t_ep = np.arange(tl.shape[1]) if traced else ep
+    own = sh["trace_attn_own"] if traced and "trace_attn_own" in sh else \
+        (sh["attn_own"] if K else np.full(tl.shape, np.nan))
     loss0 = tl[:, 0]
     ratio = tl / loss0[:, None]
     summ = pd.DataFrame({
-        "run_id": rid, "loss0": loss0, "final_train_loss": tl[:, -1], "final_test_loss": sh["test_loss"][:, -1],
+        "run_id": rid, "loss0": loss0, "final_train_loss": sh["train_loss"][:, -1],
+        "final_test_loss": sh["test_loss"][:, -1],
         "attn_own_final": sh["attn_own"][:, -1] if K else np.full(R, np.nan),
         "diverged": sh["diverged_at"] >= 0,
         "diverged_epoch": pd.array(np.where(sh["diverged_at"] >= 0, sh["diverged_at"], None), dtype="Int64"),
     })
-    for x in REL_THRESHOLDS:
-        summ[_tname("t_rel", x)] = crossing_time(ratio, ep, x)
-    for x in ABS_THRESHOLDS:
-        summ[_tname("t_abs", x)] = crossing_time(tl, ep, x)
-    found = [phases(ep, tl[r]) for r in range(R)]
-    summ["n_phases"] = pd.array([f[0] for f in found], dtype="Int64")
-    summ["phase_ends"] = pd.Series([list(f[1]) for f in found], dtype="object")
+    for key in ("uniform_train_loss", "uniform_test_loss", "oracle_test_loss"):
+        summ[key] = sh[key] if key in sh else np.nan
+    for prefix, xs, series in (("t_rel", REL_THRESHOLDS, ratio), ("t_abs", ABS_THRESHOLDS, tl)):
+        for x in xs:
+            col = _tname(prefix, x)
+            summ[col] = crossing_time(series, t_ep, x)
+            summ[f"attn_at_{col}"] = at_times(own, t_ep, summ[col].to_numpy(float, na_value=np.nan))
+    if K and "tokens_K" in sh:
+        level = np.full(R, 1.0 / (1.0 + delta_conc(int(sh["tokens_K"]), int(sh["prompts_N"]))))
+        summ["t_phase_one"] = level_time(own, t_ep, level)
+    else:
+        summ["t_phase_one"] = np.nan
+    ref = summ["uniform_train_loss"].to_numpy(float)
+    found = phase_counts(tl, own, t_ep, np.where(np.isfinite(ref), ref, loss0))
+    summ["n_phases"] = pd.array([f.n if f else None for f in found], dtype="Int64")
+    summ["phase_ends"] = pd.Series([list(f.ends) if f else [] for f in found], dtype="object")
+    summ["late_exponent"] = late_exponent(tl, t_ep)
+    summ["memorises"] = memorises(sh["train_loss"], sh["test_loss"])
     summ["test_loss0"] = sh["test_loss"][:, 0]
     summ["attn_knn_final"] = sh["attn_knn"][:, -1] if "attn_knn" in sh else np.nan
     summ["dist_target_final"] = sh["dist_target"][:, -1] if "dist_target" in sh else np.nan
@@ -94,9 +193,9 @@ def summary_table(sh: dict) -> pd.DataFrame:
         # oscillation: the mean off-diagonal attention turns from falling to rising at least once
         d = np.diff(off, axis=1)
         summ["attn_off_oscillates"] = pd.array(((d[:, :-1] < -1e-4) & (d[:, 1:] > 1e-4)).any(1), dtype="boolean")
-    q = sh.get("q_features")
+    q = sh.get("trace_q_features", sh.get("q_features"))
     dyn = logit_dynamics(q) if q is not None and q.size and q.shape[1] > 1 else {}
-    for col in ("qoff_rate", "qoff_fell", "qoff_oscillates"):
+    for col in ("qoff_rate", "qoff_fell", "qoff_oscillates", "qoff_path_excess", "qown_drop"):
         summ[col] = dyn.get(col, np.full(R, np.nan))
     summ["train_seconds"] = float(sh["seconds"]) / R
     summ["device"] = str(sh["device"])

@@ -28,7 +28,6 @@ from icl.files import atomic_path  # noqa: E402
 from icl.timing import summary_line, timing_table  # noqa: E402
 from icl.provenance import code_hash, code_version, package_versions, stamp  # noqa: E402
 from icl.io import read_parquet, write_parquet  # noqa: E402
-from icl.theory.ldl import L_star  # noqa: E402
 
 TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
                         autoescape=select_autoescape(["html", "j2"]))
@@ -115,18 +114,16 @@ def attention_maps_figure(attn, runs, L, epochs_all, tag: str = "") -> Figure:
     return png(fig)
 
 
-def split_L(runs: pd.DataFrame, exp: dict) -> tuple[list, list, float | None, str]:
-    """The flat and the sharp set of L, by the config's report.flat_max_L or the theory's L*."""
+def split_L(runs: pd.DataFrame, theory: pd.DataFrame) -> tuple[list, list, float | None, str]:
+    """The flat and the sharp set of L, at theory.parquet's L_split (icl.theory.ldl.split: the
+    config's report.flat_max_L, else L*): the split the verdicts and slopes.parquet use too."""
     Ls = sorted(runs["L"].dropna().unique().tolist())
-    tok = exp["tokens"]
-    thr = (exp.get("report") or {}).get("flat_max_L")
-    if thr is not None:
-        how = f"flat set: L ≤ {thr:g} (report.flat_max_L in the config)"
-    elif tok["kind"] == "discrete" and runs[["delta", "N", "K"]].nunique().max() == 1:
-        thr = L_star(int(runs["K"].iloc[0]), int(runs["N"].iloc[0]), float(runs["delta"].iloc[0]))
-        how = f"flat set: L ≤ L* = 1/(Δδ) = {thr:.3f}, δ = sqrt(20K/N), unit constant"
-    else:
-        return Ls, [], None, "no single L* for this sweep: all L drawn together"
+    cut = runs[["run_id"]].merge(theory[["run_id", "L_split", "L_star"]], on="run_id")
+    if cut["L_split"].isna().all() or cut["L_split"].nunique() > 1:
+        return Ls, [], None, "no single flat/sharp split for this sweep: all L drawn together"
+    thr = float(cut["L_split"].iloc[0])
+    how = (f"flat set: L ≤ {thr:g} (report.flat_max_L in the config)" if not np.isclose(thr, cut["L_star"].iloc[0])
+           else f"flat set: L ≤ L* = 1/(Δδ) = {thr:.3f}, δ = sqrt(20K/N), unit constant")
     return [L for L in Ls if L <= thr], [L for L in Ls if L > thr], thr, how
 
 
@@ -144,7 +141,7 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
     figs = []
     th = tables["theory_curves"]
     if r["L"].notna().any():
-        flat, sharp, thr, how = split_L(r, exp)
+        flat, sharp, thr, how = split_L(r, tables["theory"])
         colours = palette(tables["runs"]["L"])           # every L of the experiment: one colour each
         figs += [later(loss_figure, curves, r, flat, "(a) loss, flat set", th, colours=colours),
                  later(loss_figure, curves, r, sharp, "(b) loss, sharp set", th, colours=colours)]
@@ -205,9 +202,8 @@ def verdict_rows(experiment: str, exp: dict, tabs: dict, ldl: bool) -> pd.DataFr
     """Every claim's verdict for this experiment (icl.claims): the table the report is rendered from."""
     rows = []
     if ldl:
-        split = (exp.get("report") or {}).get("flat_max_L")
         for m in tabs["runs"]["model"].unique():
-            rows += claims_ldl.verdicts(tabs, m, split)
+            rows += claims_ldl.verdicts(tabs, m)
     if len(tabs["shift"]):
         rows += claims_zfb.verdicts(tabs)
     return claims.table(experiment, rows)
@@ -277,7 +273,8 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
     html = TEMPLATES.get_template("report.html.j2").render(
         experiment=experiment, description=exp.get("description", ""), sections=sections,
         task_kind=exp["task"]["kind"], zfb=zfb, ldl=ldl,
-        verdict_groups=[(m, g.to_dict("records"), _common_domain(g)) for m, g in verdicts.groupby("model", sort=False)],
+        verdict_groups=[(m, g[g["scope"] == "setting"].to_dict("records"), _common_domain(g),
+                         g[g["scope"] == "run"].to_dict("records")) for m, g in verdicts.groupby("model", sort=False)],
         summary=summ.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="—", classes="tbl"),
         diverged=summ[summ["diverged"]].to_dict("records"),
         n_runs=len(runs), n_shards=len(shards),

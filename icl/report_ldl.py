@@ -76,11 +76,11 @@ def slope_figure(tabs, model, tcol="t_rel_1e-2") -> Figure | None:
             ax.plot(np.exp(xs), np.exp(b + r["slope"] * xs), color=color,
                     label=f"{where}: slope {r['slope']:.2f} [{r['ci_lo']:.2f}, {r['ci_hi']:.2f}], "
                           f"theory {r['theory_slope']:.2f}")
-    for Lst in df["L_star"].dropna().unique():
+    for Lst in df["L_split"].dropna().unique():
         ax.axvline(Lst, color="grey", ls=":", lw=1)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("L (dotted: L*)")
+    ax.set_xlabel("L (dotted: the flat/sharp split)")
     ax.set_ylabel(f"{tcol} (epochs)")
     ax.set_title("convergence time against L")
     ax.legend(fontsize=6)
@@ -97,11 +97,11 @@ def stability_figure(tabs, model) -> Figure | None:
         ax.plot(g["L"], g["max_stable_lr"], "o-", color=color,
                 label=f"largest lr with no seed diverged or above loss₀{tag}")
         ax.plot(g["L"], g["max_converged_lr"], "s--", color=color, label=f"largest lr at which all seeds converged{tag}")
-    for Lst in _runs(tabs)["L_star"].dropna().unique():
+    for Lst in _runs(tabs)["L_split"].dropna().unique():
         ax.axvline(Lst, color="grey", ls=":", lw=1)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("L (dotted: L*)")
+    ax.set_xlabel("L (dotted: the flat/sharp split)")
     ax.set_ylabel("learning rate")
     ax.set_title("step-size stability")
     ax.legend(fontsize=6)

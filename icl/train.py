@@ -84,6 +84,59 @@ class Logs:
         return ~gone
 
 
+class Trace:
+    """What the measurements read at every epoch, whatever `log_every` is: the train loss, the
+    own-feature attention and (softmax_q) the feature logits, (runs, epochs + 1, ...). Phases,
+    crossing times and the logits' paths are measured on it (icl.measures), so they do not
+    depend on the logging grid. A full-batch epoch records the state it starts from (the step's
+    own forward); a minibatch or fresh-prompt epoch the mean over its steps."""
+
+    KEYS = ("attn_own", "q_features")
+
+    def __init__(self, R: int, epochs: int, shapes: dict):
+        self.arrays = {"train_loss": np.full((R, epochs + 1), np.nan)}
+        self.arrays.update({k: np.full((R, epochs + 1, *shapes[k]), np.nan) for k in self.KEYS if k in shapes})
+        self._sum, self._n = {}, 0
+
+    def add(self, loss, values: dict) -> None:
+        """One step's loss and diagnostics, summed until `close`."""
+        for k, v in {"train_loss": loss, **{k: values[k] for k in self.KEYS if k in values}}.items():
+            v = v.detach().double().cpu().numpy()
+            self._sum[k] = self._sum.get(k, 0.0) + v
+        self._n += 1
+
+    def close(self, epoch: int, alive: np.ndarray) -> None:
+        """The mean of the steps added since the last close, as epoch `epoch`'s values."""
+        for k, v in self._sum.items():
+            self.arrays[k][alive, epoch] = (v / self._n)[alive]
+        self._sum, self._n = {}, 0
+
+
+def reference_losses(runs: list[dict], cache: dict) -> dict:
+    """Per run, what needs no training on its own prompts (icl.baselines): the loss of uniform
+    attention (the mean of the context labels) on the train and the test prompts, and of the
+    feature oracle on the test prompts (NaN for continuous tokens). Claims measure a model's
+    learning against these, not against its own initial loss, which a random head can put
+    anywhere."""
+    from icl.baselines import REGISTRY
+    out = {k: np.full(len(runs), np.nan) for k in ("uniform_train_loss", "uniform_test_loss", "oracle_test_loss")}
+    memo: dict = {}
+    for i, r in enumerate(runs):
+        if r["data_id"] not in memo:
+            ds, vals = cache[r["data_id"]], {}
+            for split in ("train", "test"):
+                y = ds[f"{split}_y"].astype(float)
+                half_mse = lambda pred: 0.5 * float(np.mean((pred - y[:, -1]) ** 2))
+                vals[f"uniform_{split}_loss"] = half_mse(REGISTRY["uniform_attention"].predict(None, y, None, 0, None))
+                if split == "test" and f"{split}_feat" in ds.keys and (ds[f"{split}_feat"] >= 0).all():
+                    feat = ds[f"{split}_feat"]
+                    vals["oracle_test_loss"] = half_mse(REGISTRY["feature_oracle"].predict(None, y, feat, 0, None))
+            memo[r["data_id"]] = vals
+        for k, v in memo[r["data_id"]].items():
+            out[k][i] = v
+    return out
+
+
 def load_prompts(model, runs: list[dict], cache: dict, split: str, dev, diagnose: bool = True,
                  group: int = 16) -> models.Batch:
     """One split of every run's prompts in the model's form, stacked along the run axis. Runs
@@ -121,11 +174,13 @@ class ShardTraining:
         self.epochs = self.tr["epochs"]
         self.logs = Logs(len(runs), np.asarray(log_epochs(self.epochs, self.tr["log_every"])), self.model.log_shapes())
         self.pos = {int(e): i for i, e in enumerate(self.logs.epochs)}     # logged epoch -> column
+        self.trace = Trace(len(runs), self.epochs, self.model.log_shapes())
         self.start, self.elapsed0 = 0, 0.0
         if saved:
             self.params, self.start, self.elapsed0 = saved["params"], saved["epoch"], saved["elapsed"]
             self.opt.load(saved["opt"])
             self.logs.arrays, self.logs.diverged_at = saved["logs"], saved["diverged_at"]
+            self.trace.arrays = saved["trace"]
         self.active = torch.as_tensor(self.logs.diverged_at < 0, device=dev)
         self.M = self.train["target"].shape[1]
         self.batch = self.tr.get("batch_size") or self.M
@@ -134,13 +189,24 @@ class ShardTraining:
 
     def log(self, epoch: int, train_loss=None, seen=None) -> None:
         """Record the state at the start of `epoch`: train loss and diagnostics from the step's
-        forward when given, else from one more; the test loss from one more."""
+        forward when given, else from one more; the test loss from one more. The state training
+        ended in is the trace's last epoch too."""
         with torch.no_grad():
             if seen is None:
                 train_loss, seen = self.model.loss(self.params, self.train)
-            values = {"train_loss": train_loss, "test_loss": self.model.loss(self.params, self.test)[0],
-                      **self.model.diagnostics(self.params, self.train, seen)}
+            diag = self.model.diagnostics(self.params, self.train, seen)
+            values = {"train_loss": train_loss, "test_loss": self.model.loss(self.params, self.test)[0], **diag}
         self.active.copy_(torch.as_tensor(self.logs.record(self.pos[epoch], values), device=self.dev))
+        if epoch == self.epochs:
+            self.trace.add(train_loss, diag if self.model.K else {})
+            self.trace.close(epoch, self.active.cpu().numpy())
+
+    def traced(self, batch, seen) -> dict:
+        """The diagnostics the trace keeps, from a step's forward (attention needs discrete tokens)."""
+        if not self.model.K or "query" not in batch or not ("near" in batch or "knn" in batch):
+            return {}           # continuous tokens, or prompts prepared without diagnostics (fresh ones)
+        with torch.no_grad():
+            return self.model.diagnostics(self.params, batch, seen)
 
     def train_epoch(self, epoch: int) -> None:
         """One pass over the prompts (fresh ones with train.fresh), logged if on the grid."""
@@ -153,8 +219,10 @@ class ShardTraining:
             loss, grads, seen = self.model.step(self.params, b)
             if logging and self.full_batch:
                 self.log(epoch, loss, seen)
+            self.trace.add(loss, self.traced(b, seen))
             self.stop_diverged(loss, grads, epoch)
             self.opt.step(self.params, grads, self.active)
+        self.trace.close(epoch, self.active.cpu().numpy())
 
     def stop_diverged(self, loss, grads: dict, epoch: int) -> None:
         """Runs whose loss or gradient is not finite are frozen and marked with this epoch."""
@@ -168,7 +236,7 @@ class ShardTraining:
     def state(self, done: int, elapsed: float) -> dict:
         """What a checkpoint holds after `done` epochs."""
         return {"params": self.params, "opt": self.opt.state(), "epoch": done, "logs": self.logs.arrays,
-                "diverged_at": self.logs.diverged_at, "elapsed": elapsed}
+                "diverged_at": self.logs.diverged_at, "elapsed": elapsed, "trace": self.trace.arrays}
 
     def result(self, elapsed: float) -> dict:
         """The shard's .npz: logged arrays, final parameters, where and how long it trained."""
@@ -180,6 +248,9 @@ class ShardTraining:
             "threads": np.asarray(torch.get_num_threads()),
             "code_version": np.asarray(code_version()), "code_hash": np.asarray(code_hash()),
             **self.logs.arrays,
+            **{f"trace_{k}": v for k, v in self.trace.arrays.items()},
+            **reference_losses(self.runs, self.cache),
+            "tokens_K": np.asarray(self.model.K or 0), "prompts_N": np.asarray(self.runs[0]["spec"]["prompts"]["N"]),
             **{f"param_{k}": v.detach().cpu().numpy() for k, v in self.params.items()},
         }
 

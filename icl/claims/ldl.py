@@ -477,14 +477,15 @@ def phase_one(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
 
 def phase_runs(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """The runs whose window can show their phases, and a sentence counting the others: those
-    that fell to a tenth of their loss within RESOLUTION steps (Phase I shorter than the steps
-    resolve), those that never converged (their later phases never came) and those whose trace
-    follows no sequence of phases (irregular)."""
-    fast = ~resolved(df)
+    whose own attention reached Phase I's end, 1/(1+δ), within RESOLUTION steps (Phase I shorter
+    than the steps resolve), those that never converged (their later phases never came) and
+    those whose trace follows no sequence of phases (irregular)."""
+    t1 = df["t_phase_one"].astype(float) if "t_phase_one" in df else pd.Series(np.nan, index=df.index)
+    fast = (t1 * steps(df) < RESOLUTION).fillna(False) if t1.notna().any() else ~resolved(df)
     short = ~fast & ~converged(df)
     irregular = ~fast & ~short & df["n_phases"].isna()
     keep = df[~(fast | short | irregular)]
-    parts = [f"{int(m.sum())} {w}" for m, w in ((fast, f"fell to a tenth of their loss within {RESOLUTION} steps"),
+    parts = [f"{int(m.sum())} {w}" for m, w in ((fast, f"ended Phase I within {RESOLUTION} steps"),
                                                (short, f"never reached {CONVERGED:g} of the uniform-attention loss"),
                                                (irregular, "irregular")) if m.any()]
     return keep, ("runs left out of the count: " + ", ".join(parts)) if parts else ""
@@ -750,16 +751,30 @@ def mean_field(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     interquartile range over training against the same band). Applies only where GD is stable
     on the population loss with room to spare: η‖v‖⁴λ_max ≤ MEAN_FIELD_STEP (theory's mf_step)."""
     cid = "ldl.mean_field"
-    df = s.runs
-    err = mean_field_errors(s)
-    if err.empty:
+    if mean_field_errors(s).empty:
         return [s.row(cid, NOT_TESTABLE, prediction="train loss = mean-field loss", measurement="—",
                       reason="the mean-field curve is derived for softmax_q under GD on discrete features with a "
                              "task whose label covariance is known (the cosine)")]
+    rows = []
+    for L, g in s.runs.groupby("L", sort=True):
+        at = Setting(s.model, join(s.label, f"L={L:g}"), g, s.left_out, s.curves[s.curves["run_id"].isin(g["run_id"])],
+                     s.theory_curves)
+        rows += _mean_field_at(at, choices)
+    return rows
+
+
+def _mean_field_at(s: Setting, choices: Choices) -> list[dict]:
+    """ldl.mean_field for the runs of one L (the seeds)."""
+    cid = "ldl.mean_field"
+    df = s.runs
+    err = mean_field_errors(s)
+    if err.empty:
+        return []
     step = df["mf_step"].astype(float) if "mf_step" in df else pd.Series(np.nan, index=df.index)
     if step.notna().any() and step.max() > MEAN_FIELD_STEP:
         return [s.row(cid, NOT_TESTABLE, prediction="train loss = mean-field loss",
-                      measurement=f"one GD step is η‖v‖⁴λ_max = {step.max():.3g} times the population loss's curvature scale",
+                      measurement=f"one GD step is η‖v‖⁴λ_max = {step.max():.3g} times the population loss's "
+                                  f"curvature scale",
                       reason=f"at this learning rate one step overshoots the population loss's curvature scale "
                              f"(η‖v‖⁴λ_max > {MEAN_FIELD_STEP:g}): a step jumps across the dynamics Lemma 2 describes "
                              f"instead of following them, so the mean-field curve makes no prediction here")]
