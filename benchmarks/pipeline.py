@@ -6,9 +6,9 @@
             the train loss recorded every epoch), training only, two single-thread processes side
             by side, each timing its own training (not its start-up or its data);
   pipeline  `snakemake --cores 2` from an empty results/ to the report: prompts, training, tables,
-            theory and report (slopes, stability, verdicts, figures), start-up included.
+            theory, analysis (slopes, stability, verdicts) and report (figures), start-up included.
 Prints both times, their ratio, where the pipeline's job time went (`icl timing`), the share of
-tables + report in the wall time, and the report job's peak memory.
+tables + analysis + report in the wall time, and the report job's peak memory.
 
     .venv/bin/python benchmarks/pipeline.py                  # 720 runs (the loop takes ~5 minutes)
     .venv/bin/python benchmarks/pipeline.py --seeds 20       # 120 runs
@@ -70,9 +70,9 @@ def main() -> None:
         df = timing_table(os.path.join(wd, "logs"))
         print(df.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
         print(summary_line(df))
-        post = df.loc[df["step"].isin(["tables", "report"]), "seconds"].sum()
+        post = df.loc[df["step"].isin(["tables", "analyse", "report"]), "seconds"].sum()
         rep = df[df["step"] == "report"].iloc[0]
-        print(f"tables + report (the analysis is part of the report): {post:.1f} s = {100 * post / wall:.0f}% of "
+        print(f"tables + analyse + report: {post:.1f} s = {100 * post / wall:.0f}% of "
               f"the wall time; report job peak memory {rep['max_pss_mb']:.0f} MB PSS ({rep['max_rss_mb']:.0f} MB RSS "
               "summed over it and its forked figure workers, shared pages counted in each)")
         sizes = {t: os.path.getsize(os.path.join(wd, "results/ldl_sweep", f"{t}.parquet")) / 2**20

@@ -1,4 +1,4 @@
-"""Scale: planning a 10,000-run sweep, and tables + theory + report for 10,000 runs.
+"""Scale: planning a 10,000-run sweep, and tables + theory + analyse + report for 10,000 runs.
 
     .venv/bin/python benchmarks/scale.py              # 10,000 runs
     .venv/bin/python benchmarks/scale.py --runs 2000
@@ -102,6 +102,7 @@ def main():
             paths.append(path)
         steps = {}
         for step, argv in (("tables", ["tables", "--runs", f"{res_dir}/runs.parquet", "--outdir", res_dir, "--processes", "2", *paths]),
+                           ("analyse", ["analyse", res_dir]),
                            ("report", ["report", "--plan", f"{res_dir}/plan.json", "--results", res_dir,
                                        "--out", os.path.join(wd, "reports", "big.html"), "--processes", "2"])):
             t = time.perf_counter()
@@ -111,7 +112,7 @@ def main():
         print(f"plan + theory tables (incl. {sum(1 for r in recs if r['spec']['model']['kind'] == 'softmax_q')} "
               f"mean-field curves): {t_theory:.1f} s")
         print("; ".join(f"{k}: {v:.1f} s" for k, v in steps.items())
-              + f"; tables + report together {sum(steps.values()):.1f} s (report {size:.1f} MB)")
+              + f"; tables + analyse + report together {sum(steps.values()):.1f} s (report {size:.1f} MB)")
         print(f"peak memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 

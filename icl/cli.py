@@ -14,16 +14,6 @@ import time
 from icl.config import ConfigError
 
 
-def _read_plan(path: str) -> dict:
-    if not os.path.exists(path):
-        sys.exit(f"error: plan file {path} not found; the workflow writes it (snakemake results/<experiment>/plan.json)")
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except (OSError, json.JSONDecodeError) as e:
-        sys.exit(f"error: plan file {path} is unreadable ({e}); delete it and rerun snakemake")
-
-
 def cmd_check(args) -> None:
     from icl.config import load
     cfg = load(args.config)
@@ -31,6 +21,11 @@ def cmd_check(args) -> None:
     for name in cfg["experiments"]:
         runs = plan(cfg, name)
         print(f"{name}: {len(runs)} runs in {len({r.shard for r in runs})} shards")
+
+
+def read_plan(path: str) -> dict:
+    from icl.io import read_plan    # pandas and pyarrow load only for the steps that read tables
+    return read_plan(path)
 
 
 def _json_arg(flag: str, text: str):
@@ -76,14 +71,14 @@ def _shard_job(args, pl: dict, runs: list[dict]) -> tuple[list[dict], dict, str]
 
 def cmd_train(args) -> None:
     from icl.train import train_shard
-    pl = _read_plan(args.plan)
+    pl = read_plan(args.plan)
     runs, paths, device = _shard_job(args, pl, pl["runs"])
     train_shard(runs, paths, args.out, device=device, threads=args.threads, label=args.shard)
 
 
 def cmd_evaluate(args) -> None:
     from icl.evaluate import baseline_owners, evaluate_trained
-    pl = _read_plan(args.plan)
+    pl = read_plan(args.plan)
     every = pl["runs"]
     if args.evaluate_spec:      # the workflow's stamp: the evaluate section this job was run for
         with open(args.evaluate_spec) as fh:
@@ -109,17 +104,27 @@ def cmd_theory(args) -> None:
     from icl.io import write_parquet
     from icl.theory.table import ldl_rows, lsa_rows, mean_field_rows
     from icl.plan import log_epochs
-    pl = _read_plan(args.plan)
+    pl = read_plan(args.plan)
     meta = stamp(pl["config_hash"])
     flat_max_L = (pl["config"].get("report") or {}).get("flat_max_L")
     write_parquet(ldl_rows(pl["runs"], flat_max_L).merge(lsa_rows(pl["runs"]), on="run_id"), args.out, meta)
     write_parquet(mean_field_rows(pl["runs"], log_epochs), args.curves, meta)
 
 
+def cmd_analyse(args) -> None:
+    from icl.analyse import analyse
+    t = time.time()
+    out = analyse(args.results)
+    counts = out["verdicts"]["verdict"].value_counts()
+    print(f"{args.results}: {len(out['verdicts'])} verdicts ("
+          + ", ".join(f"{n} {v}" for v, n in counts.items()) + f") in {time.time() - t:.2f}s", file=sys.stderr)
+
+
 def cmd_report(args) -> None:
     from icl.report import render
-    pl = _read_plan(args.plan)
-    render(pl["experiment"], pl["config"], args.results, args.out, processes=args.processes)
+    pl = read_plan(args.plan)
+    render(pl["experiment"], pl["config"], args.results, args.out, processes=args.processes,
+           benchmarks=args.benchmarks)
     print(f"wrote {args.out}", file=sys.stderr)
 
 
@@ -140,6 +145,7 @@ def cmd_timing(args) -> None:
 
 EPILOG = """what a person runs by hand:
   icl check my.yaml        validate a config; print each experiment's runs and shards
+  icl analyse results/EXP  re-judge an experiment's finished tables (slopes, stability, verdicts)
   icl timing [EXPERIMENT]  where the job time went, by step (after a snakemake run)
 the other steps are what the workflow's rules call; `icl STEP --help` lists their arguments."""
 
@@ -186,12 +192,17 @@ def main(argv=None) -> None:
     s.add_argument("--out", required=True)
     s.add_argument("--curves", required=True)
     s.set_defaults(fn=cmd_theory)
-    s = sub.add_parser("report", help="convergence-time slopes, stability and verdicts from the tables; "
-                                      "render reports/<experiment>.html")
+    s = sub.add_parser("analyse", help="slopes, stability and every claim's verdict from an experiment's tables: "
+                                       "writes slopes.parquet, stability.parquet and verdicts.parquet")
+    s.add_argument("results", help="results/<experiment> (its plan.json holds the experiment's config)")
+    s.set_defaults(fn=cmd_analyse)
+    s = sub.add_parser("report", help="render reports/<experiment>.html from the tables and the analysis")
     s.add_argument("--plan", required=True)
     s.add_argument("--results", required=True)
     s.add_argument("--out", required=True)
     s.add_argument("--processes", type=int, default=1, help="draw the figures in this many processes (default 1)")
+    s.add_argument("--benchmarks", nargs="*", default=None,
+                   help="Snakemake benchmark files of the jobs before the report, for its timing table")
     s.set_defaults(fn=cmd_report)
     s = sub.add_parser("index", help="render reports/index.html")
     s.add_argument("--experiments", required=True, help="JSON mapping name -> experiment")

@@ -1,5 +1,5 @@
 """How the pipeline's files are read and written: parquet tables with their provenance in the
-file's metadata, the long tables' schemas and writer, a trained shard's arrays. Every step, the
+file's metadata, the long tables' schemas and writer, the plan, a trained shard's arrays. Every step, the
 notebook and the report read files through here and nothing else, so reading a table never
 imports the measurements or the claims that made it.
 
@@ -58,6 +58,17 @@ def read_parquet(path: str, run_ids=None, **kw) -> pd.DataFrame:
     except Exception as e:
         raise RuntimeError(f"table {path} is unreadable ({type(e).__name__}: {e}); delete it and rerun "
                            "snakemake to rebuild it") from None
+
+
+def read_plan(path: str) -> dict:
+    """plan.json (written by `icl plan`): the experiment's name, validated config and run specs."""
+    if not os.path.exists(path):
+        raise RuntimeError(f"plan file {path} not found; the workflow writes it (snakemake results/<experiment>/plan.json)")
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, json.JSONDecodeError) as e:
+        raise RuntimeError(f"plan file {path} is unreadable ({e}); delete it and rerun snakemake") from None
 
 
 def read_shard(path: str, only: tuple[str, ...] = ()) -> dict:

@@ -1,4 +1,6 @@
 """One self-contained HTML report per experiment (figures as inline PNG, CSS inline), and an index.
+The report reads and draws only: the verdicts, slopes and stability it shows are the analyse
+step's tables (icl.analyse).
 
 The figures are the analogues of LDL Fig. 1 (loss for the flat and the sharp set of L, attention
 scores of feature 1) and Fig. 2-3 (K x K attention maps over training), with the spread over
@@ -21,13 +23,12 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 from jinja2 import Environment, FileSystemLoader, select_autoescape  # noqa: E402
 
-from icl import claims, fits, report_ldl, report_zfb, tasks  # noqa: E402
-from icl.claims import ldl as claims_ldl, zfb as claims_zfb  # noqa: E402
+from icl import claims, report_ldl, report_zfb, tasks  # noqa: E402
 from icl.figures import QUALITATIVE, Figure, draw_all, later, palette, png  # noqa: E402
 from icl.files import atomic_path  # noqa: E402
-from icl.timing import summary_line, timing_table  # noqa: E402
-from icl.provenance import code_hash, code_version, package_versions, stamp  # noqa: E402
-from icl.io import read_parquet, write_parquet  # noqa: E402
+from icl.io import read_parquet  # noqa: E402
+from icl.provenance import code_hash, code_version, package_versions  # noqa: E402
+from icl.timing import benchmark_table, summary_line  # noqa: E402
 
 TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
                         autoescape=select_autoescape(["html", "j2"]))
@@ -198,17 +199,6 @@ def attention_summary_figure(curves, runs, colours: dict) -> Figure:
     return png(fig)
 
 
-def verdict_rows(experiment: str, exp: dict, tabs: dict, ldl: bool) -> pd.DataFrame:
-    """Every claim's verdict for this experiment (icl.claims): the table the report is rendered from."""
-    rows = []
-    if ldl:
-        for m in tabs["runs"]["model"].unique():
-            rows += claims_ldl.verdicts(tabs, m)
-    if len(tabs["shift"]):
-        rows += claims_zfb.verdicts(tabs)
-    return claims.table(experiment, rows)
-
-
 def _common_domain(rows: pd.DataFrame) -> str:
     """The domain note most of a model's verdict rows share: said once above its table."""
     d = rows["domain"][rows["domain"] != ""]
@@ -221,26 +211,19 @@ def key_figure(sections: list[dict], zfb: dict | None) -> Figure | None:
     return figs[0] if figs else None
 
 
-def analyse(tabs: dict, results_dir: str) -> None:
-    """slopes.parquet and stability.parquet (icl.fits): measurements across runs, made here, as the
-    report is the step that reads every table they need."""
-    meta = stamp(str(tabs["runs"]["config_hash"].iloc[0]))
-    tabs["slopes"] = fits.convergence_slopes(tabs["runs"], tabs["summary"], tabs["theory"])
-    tabs["stability"] = fits.max_stable_lr(tabs["runs"], tabs["summary"])
-    for k in ("slopes", "stability"):
-        write_parquet(tabs[k], os.path.join(results_dir, f"{k}.parquet"), meta)
-
-
-def render(experiment: str, exp: dict, results_dir: str, out_path: str, processes: int = 1) -> None:
-    """reports/<experiment>.html, results/<experiment>/slopes.parquet and stability.parquet, and for
-    the index verdicts.parquet and thumbnail.png (the key figure). Figures are drawn by `processes`."""
+def render(experiment: str, exp: dict, results_dir: str, out_path: str, processes: int = 1,
+           benchmarks: list[str] | None = None) -> None:
+    """reports/<experiment>.html and, for the index, results/<experiment>/thumbnail.png (the key
+    figure), from the experiment's tables, its analysis (slopes, stability, verdicts) and the
+    Snakemake benchmark files of the jobs before it (`benchmarks`: its timing table, left out
+    without them). Figures are drawn by `processes`."""
     tabs = {k: read_parquet(os.path.join(results_dir, f"{k}.parquet"))
-            for k in ("runs", "curves", "summary", "theory", "theory_curves", "shift")}
+            for k in ("runs", "curves", "summary", "theory", "theory_curves", "shift", "slopes", "stability",
+                      "verdicts")}
     attention = os.path.join(results_dir, "attention.parquet")
     tabs["attention"] = lambda ids: read_parquet(attention, run_ids=ids)
     # the report reads only the LSA's effective matrix: softmax_q's logits reach it through summary's qoff_*
     tabs["matrices"] = read_parquet(os.path.join(results_dir, "matrices.parquet"), filters=[("name", "==", "effective")])
-    analyse(tabs, results_dir)
     zfb = None
     if len(tabs["shift"]):
         clean = report_zfb._lsa_rows(tabs)
@@ -253,7 +236,7 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
         shards = json.load(fh)
     ldl = tasks.family(exp["task"]["kind"]).ldl
     sections = [model_section(m, runs, tabs, exp, ldl) for m in runs["model"].unique()]
-    verdicts = verdict_rows(experiment, exp, tabs, ldl)
+    verdicts = tabs["verdicts"]
     figure_lists = [s[k] for s in sections for k in ("figures", "maps", "theory_figures")] + ([zfb["figures"]] if zfb else [])
     draw_all([f for figs in figure_lists for f in figs], processes)
     for figs in figure_lists:       # those whose figure function found nothing to draw go
@@ -268,8 +251,7 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
     versions = [f"{v} (source {h}, {n} runs)" for v, h, n in trained.itertuples(index=False)]
     stale = sorted(set(trained["code_hash"]) - {code_hash()})
     devices = sorted({f"{s['device']} ({s['device_name']}, {s['threads']} threads)" for s in shards})
-    logs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(results_dir))), "logs")
-    tim = timing_table(logs, experiment)
+    tim = benchmark_table(benchmarks or [])
     html = TEMPLATES.get_template("report.html.j2").render(
         experiment=experiment, description=exp.get("description", ""), sections=sections,
         task_kind=exp["task"]["kind"], zfb=zfb, ldl=ldl,
@@ -284,8 +266,6 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
         timing=tim.to_html(index=False, float_format=lambda v: f"{v:.2f}", classes="tbl") if len(tim) else "",
         timing_line=summary_line(tim),
         generated=dt.datetime.now().isoformat(timespec="seconds"))
-    write_parquet(verdicts, os.path.join(results_dir, "verdicts.parquet"),
-                  stamp(str(runs["config_hash"].iloc[0])))
     thumb = key_figure(sections, zfb)
     with atomic_path(os.path.join(results_dir, "thumbnail.png")) as tmp, open(tmp, "wb") as fh:
         fh.write(base64.b64decode(str(thumb)) if thumb else b"")

@@ -12,14 +12,20 @@ import pandas as pd
 
 
 def timing_table(logs: str = "logs", experiment: str | None = None) -> pd.DataFrame:
-    """One row per (experiment, step): jobs, wall seconds summed over jobs, and peak memory as
-    Snakemake measured it over the job's processes: RSS summed (pages a forked worker shares with
-    its parent counted in each) and PSS (each shared page split among its sharers: the job's own)."""
+    """benchmark_table of every benchmark file under logs/<experiment>/ (every experiment's)."""
+    return benchmark_table(glob.glob(os.path.join(logs, experiment or "*", "benchmark", "**", "*.tsv"), recursive=True))
+
+
+def benchmark_table(paths) -> pd.DataFrame:
+    """One row per (experiment, step) of these benchmark files (logs/<experiment>/benchmark/<step>.tsv
+    or <step>/<shard>.tsv): jobs, wall seconds summed over jobs, and peak memory as Snakemake
+    measured it over the job's processes: RSS summed (pages a forked worker shares with its parent
+    counted in each) and PSS (each shared page split among its sharers: the job's own)."""
     rows = []
-    pattern = os.path.join(logs, experiment or "*", "benchmark", "**", "*.tsv")
-    for path in glob.glob(pattern, recursive=True):
-        rel = os.path.relpath(path, logs).split(os.sep)
-        exp, step = rel[0], rel[2].removesuffix(".tsv")
+    for path in paths:
+        parts = os.path.normpath(path).split(os.sep)
+        at = len(parts) - 1 - parts[::-1].index("benchmark")
+        exp, step = parts[at - 1], parts[at + 1].removesuffix(".tsv")
         try:
             b = pd.read_csv(path, sep="\t")
         except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError):

@@ -126,6 +126,24 @@ def test_every_rule_logged(finished):
     assert "epoch 12/12" in train_log
 
 
+def test_analyse_rejudges_a_results_folder_without_snakemake(finished, tmp_path):
+    """`icl analyse results/<exp>` on a copy of a finished experiment, its analysis deleted: the
+    config comes from the folder's plan.json, and the tables come back equal."""
+    import shutil
+    copy = tmp_path / "results" / "tiny"
+    shutil.copytree(finished / "results/tiny", copy)
+    names = ("verdicts", "slopes", "stability")
+    for name in names:
+        (copy / f"{name}.parquet").unlink()
+    res = subprocess.run([sys.executable, "-m", "icl", "analyse", str(copy)], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "verdicts (" in res.stderr
+    for name in names:
+        pd.testing.assert_frame_equal(pd.read_parquet(copy / f"{name}.parquet"),
+                                      pd.read_parquet(finished / f"results/tiny/{name}.parquet"))
+
+
 def test_rerun_has_nothing_to_do(finished):
     res = snakemake(finished, "--cores", "1", "-n", "--configfile", str(finished / "tiny.yaml"))
     assert res.returncode == 0

@@ -28,6 +28,9 @@ def test_profile_settings():
     train = prof["set-resources"]["train"]
     assert "runtime" in train and "gpu" not in train      # GPUs: opt-in, commented out
     assert prof["cores"] >= prof["set-threads"]["train"]  # --cores caps every job's threads
+    # every step after training shares the `post` job, the analysis included
+    assert {r: prof["groups"].get(r) for r in ("tables", "analyse", "report", "index")} == dict.fromkeys(
+        ("tables", "analyse", "report", "index"), "post")
     # cluster settings live in the profile only
     cfg = (REPO / "config.yaml").read_text()
     assert not re.search(r"(?m)^\s*(executor|slurm\w*|partition|account)\s*:", cfg)

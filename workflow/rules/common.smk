@@ -1,4 +1,5 @@
 # Helpers shared by the rules: what each experiment's plan says, as plain strings and lists.
+import os
 
 # `exp` matches only the experiments of the config, so a target naming another one gets
 # Snakemake's "no rule to produce" instead of a KeyError from deep inside an input function.
@@ -55,42 +56,25 @@ def eval_mem_mb(exp, shard):
     return 1500 + max(one, min(n * one, CFG["memory_budget_mb"] * 2**20)) // 2**20
 
 
+def benchmark_files(exp):
+    """The Snakemake benchmark files of an experiment's jobs before its report (the report's timing
+    table). A job whose output exists but whose benchmark is gone (logs/ deleted) is left out:
+    asking for its benchmark would rerun the job, training included."""
+    steps = [("plan", f"results/{exp}/plan.json"), ("theory", f"results/{exp}/theory.parquet"),
+             ("tables", f"results/{exp}/summary.parquet"), ("analyse", f"results/{exp}/verdicts.parquet")]
+    steps += [(f"train/{s}", f"results/{exp}/shards/{s}.npz") for s in shard_names(exp)]
+    if CFG["experiments"][exp].get("evaluate"):
+        steps += [(f"evaluate/{s}", f"results/{exp}/shards/{s}.shift.parquet") for s in shard_names(exp)]
+    out = []
+    for step, product in steps:
+        bench = f"logs/{exp}/benchmark/{step}.tsv"
+        if os.path.exists(bench) or not os.path.exists(product):
+            out.append(bench)
+    return out
+
+
 def shift_files(exp):
     """The shards' evaluations under shift, for experiments that have an evaluate section."""
     if not CFG["experiments"][exp].get("evaluate"):
         return []
     return [f"results/{exp}/shards/{s}.shift.parquet" for s in shard_names(exp)]
-
-
-# Stamps carry a value into the jobs behind plan.json's `ancient` edge (train,
-# evaluate). A params trigger on those jobs themselves is lost whenever plan.json is rewritten
-# in the same invocation (Snakemake 9 skips the own checks of jobs downstream of a job that
-# reruns, and does not cross an ancient edge), so the value lives in a file of its own that is
-# rewritten only when the value changes, and the jobs take that file as an ordinary input.
-rule stamp:
-    output:
-        "results/{exp}/stamps/{what}.json",
-    params:
-        value=lambda w: shlex.quote(stamp_value(w.exp, w.what)),
-    wildcard_constraints:
-        what="code|evaluate",
-    log:
-        "logs/{exp}/stamp_{what}.log",
-    shell:
-        "printf '%s\\n' {params.value} > {output} 2> {log}"
-
-
-rule plan:
-    output:
-        runs="results/{exp}/runs.parquet",
-        plan="results/{exp}/plan.json",
-    params:
-        spec=lambda w: experiment_spec(w.exp),
-        code=code_trigger(),
-    benchmark:
-        "logs/{exp}/benchmark/plan.tsv"
-    log:
-        "logs/{exp}/plan.log",
-    shell:
-        "OMP_NUM_THREADS={threads} {PY} -m icl plan --experiment {wildcards.exp} --spec {params.spec} "
-        "--runs {output.runs} --plan {output.plan} 2> {log}"

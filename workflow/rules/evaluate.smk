@@ -16,7 +16,9 @@ rule evaluate:
         "logs/{exp}/benchmark/evaluate/{shard}.tsv"
     log:
         "logs/{exp}/evaluate/{shard}.log",
+    conda:
+        "../envs/icl.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} {PY} -m icl evaluate --plan {input.plan} --shard {wildcards.shard} "
+        "OMP_NUM_THREADS={threads} python -m icl evaluate --plan {input.plan} --shard {wildcards.shard} "
         "--prompts-dir results/{wildcards.exp}/prompts --trained {input.trained} --out {output} "
         "--evaluate-spec {input.spec} --threads {threads} 2> {log}"

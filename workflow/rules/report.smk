@@ -8,22 +8,20 @@ report: "../report/workflow.rst"
 mimetypes.add_type("application/vnd.apache.parquet", ".parquet")   # else listed as text/plain
 
 
+# Reads and draws only: every file it reads is an input here, the timing table's benchmark
+# files included (common.smk: benchmark_files), so Snakemake knows when a report is stale.
 rule report:
     input:
         plan="results/{exp}/plan.json",
-        tables=expand("results/{{exp}}/{t}.parquet", t=["curves", "attention", "matrices", "summary",
-                                                      "theory", "theory_curves", "shift"]),
+        tables=expand("results/{{exp}}/{t}.parquet", t=["curves", "attention", "matrices", "summary", "theory",
+                                                      "theory_curves", "shift", "slopes", "stability", "verdicts"]),
         runs=report("results/{exp}/runs.parquet", caption="../report/runs.rst", category="{exp}",
                     subcategory="tables", labels={"table": "runs"}),
+        shards="results/{exp}/shards.json",
+        benchmarks=lambda w: benchmark_files(w.exp),
     output:
         html=report("reports/{exp}.html", caption="../report/experiment.rst", category="{exp}",
                     subcategory="report", labels={"file": "{exp}.html"}),
-        # measurements across runs (icl.fits), made here: the report reads every table they need
-        slopes=report("results/{exp}/slopes.parquet", caption="../report/slopes.rst", category="{exp}",
-                      subcategory="tables", labels={"table": "slopes"}),
-        stability=report("results/{exp}/stability.parquet", caption="../report/stability.rst",
-                         category="{exp}", subcategory="tables", labels={"table": "stability"}),
-        verdicts="results/{exp}/verdicts.parquet",      # the verdict rows as data (icl.load: exp.verdicts)
         thumbnail="results/{exp}/thumbnail.png",        # the key figure, for the index
     threads: 2                                          # its figures are drawn two at a time
     params:
@@ -32,8 +30,11 @@ rule report:
         "logs/{exp}/benchmark/report.tsv"
     log:
         "logs/{exp}/report.log",
+    conda:
+        "../envs/icl.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} {PY} -m icl report --plan {input.plan} --results results/{wildcards.exp} --out {output.html} --processes {threads} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m icl report --plan {input.plan} --results results/{wildcards.exp} "
+        "--out {output.html} --processes {threads} --benchmarks {input.benchmarks} 2> {log}"
 
 
 # The landing page: per experiment its verdict counts, key figure, runs, training time and device.
@@ -48,5 +49,7 @@ rule index:
             {n: {"description": e.get("description", "")} for n, e in CFG["experiments"].items()})),
     log:
         "logs/index.log",
+    conda:
+        "../envs/icl.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} {PY} -m icl index --experiments {params.experiments} --results results --out {output} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m icl index --experiments {params.experiments} --results results --out {output} 2> {log}"

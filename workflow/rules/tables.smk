@@ -20,5 +20,7 @@ rule tables:
         "logs/{exp}/benchmark/tables.tsv"
     log:
         "logs/{exp}/tables.log",
+    conda:
+        "../envs/icl.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} {PY} -m icl tables --runs {input.runs} --outdir results/{wildcards.exp} --shift {input.shift} --processes {threads} -- {input.shards} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m icl tables --runs {input.runs} --outdir results/{wildcards.exp} --shift {input.shift} --processes {threads} -- {input.shards} 2> {log}"

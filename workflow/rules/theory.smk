@@ -11,6 +11,8 @@ rule theory:
         "logs/{exp}/benchmark/theory.tsv"
     log:
         "logs/{exp}/theory.log",
+    conda:
+        "../envs/icl.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} {PY} -m icl theory --plan {input.plan} --out {output.theory} --curves {output.curves} 2> {log}"
+        "OMP_NUM_THREADS={threads} python -m icl theory --plan {input.plan} --out {output.theory} --curves {output.curves} 2> {log}"
 

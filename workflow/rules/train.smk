@@ -17,6 +17,8 @@ rule train:
         "logs/{exp}/benchmark/train/{shard}.tsv"
     log:
         "logs/{exp}/train/{shard}.log",
+    conda:
+        "../envs/icl.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} {PY} -m icl train --plan {input.plan} --shard {wildcards.shard} "
+        "OMP_NUM_THREADS={threads} python -m icl train --plan {input.plan} --shard {wildcards.shard} "
         "--prompts-dir results/{wildcards.exp}/prompts --code-stamp {input.code} --out {output} --threads {threads} 2> {log}"
