@@ -143,10 +143,16 @@ def cmd_timing(args) -> None:
     print(summary_line(df))
 
 
+def cmd_claims(args) -> None:
+    from icl.claims import readme_table
+    print(readme_table())
+
+
 EPILOG = """what a person runs by hand:
   icl check my.yaml        validate a config; print each experiment's runs and shards
   icl analyse results/EXP  re-judge an experiment's finished tables (slopes, stability, verdicts)
   icl timing [EXPERIMENT]  where the job time went, by step (after a snakemake run)
+  icl claims               every claim id and the rule that judges it (the README's verdict table)
 the other steps are what the workflow's rules call; `icl STEP --help` lists their arguments."""
 
 
@@ -213,6 +219,8 @@ def main(argv=None) -> None:
     s.add_argument("experiment", nargs="?")
     s.add_argument("--logs", default="logs")
     s.set_defaults(fn=cmd_timing)
+    s = sub.add_parser("claims", help="every claim id and the rule that judges it, as a markdown table")
+    s.set_defaults(fn=cmd_claims)
     args = p.parse_args(argv)
     try:
         args.fn(args)

@@ -277,8 +277,8 @@ def offdiag_logits(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
 
 def own_logit_monotone(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """Lemma 2: g_k ≥ 0, so under GD the own logit q_k never decreases. From every epoch's
-    q_features: the share of runs none of whose own logits ever fell by more than MONOTONE of
-    its rise, bootstrapped over runs, against [0.9, 1]."""
+    q_features: the share of runs none of whose own logits ever fell, in one epoch, by more than
+    0.1% of its rise over training (float rounding), bootstrapped over runs, against [0.9, 1]."""
     cid = "ldl.own_logit_monotone"
     band = Band(1.0, 1.0, 0.1, floor=0.0, ceil=1.0)
     pred = f"the share of runs whose own logits never fall in {band.text(choices.band)}"
@@ -525,7 +525,8 @@ def phases_claim(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
 
 def transition_at_Lstar(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """More phases above L* than below: the mean count above minus below (one more, 3 − 2,
-    predicted), bootstrapped over runs within each regime, against [½, 1½]."""
+    predicted), bootstrapped over runs within each regime, against [½, 1½]. Where Δ or N is
+    swept, the rows `boundary against Δ / N` (phase_boundary) fit where the count crosses 2.5."""
     cid = "ldl.transition_at_Lstar"
     band = Band(1.0, 1.0, 0.5)
     pred = f"sharp minus flat mean phase count in {band.text(choices.band)} (3 − 2)"
@@ -746,10 +747,11 @@ def mean_field(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """Lemma 2's population dynamics, integrated with no free constant (theory_curves): the runs'
     train loss follows the mean-field curve. One row per setting (L included: the seeds are the
     replicates): the median over the seeds' median log(loss / mean field), bootstrapped over
-    seeds, within ± MEAN_FIELD_SPREAD × the seed-to-seed standard deviation of log loss (the
-    spread between training sets, measured); plus one row per run (scope `run`: its log ratio's
-    interquartile range over training against the same band). Applies only where GD is stable
-    on the population loss with room to spare: η‖v‖⁴λ_max ≤ MEAN_FIELD_STEP (theory's mf_step)."""
+    seeds, within ± 2 seed-to-seed standard deviations of log loss (the spread between training
+    sets, measured per setting); plus one row per run (scope `run`: its log ratio's
+    interquartile range over training against the same band). Applies only where one GD step is
+    within the population loss's curvature scale, η‖v‖⁴λ_max ≤ 1 (theory's mf_step; GD turns
+    unstable at 2), and reads not testable elsewhere."""
     cid = "ldl.mean_field"
     if mean_field_errors(s).empty:
         return [s.row(cid, NOT_TESTABLE, prediction="train loss = mean-field loss", measurement="—",
@@ -812,6 +814,10 @@ def _mean_field_at(s: Setting, choices: Choices) -> list[dict]:
 # ----------------------------------------------------------------------------- the whole set
 
 LDL_AXIS = ("L", "seed")
+RULES = {"ldl.attention_to_one": attention_to_one, "ldl.offdiag_logits": offdiag_logits,
+         "ldl.own_logit_monotone": own_logit_monotone, "ldl.phase_one": phase_one, "ldl.phases": phases_claim,
+         "ldl.time_vs_L": time_vs_L, "ldl.time_vs_eps": time_vs_eps, "ldl.transition_at_Lstar": transition_at_Lstar,
+         "ldl.step_size": step_size, "ldl.unseen_functions": unseen_functions, "ldl.mean_field": mean_field}
 
 
 def verdicts(tabs: dict, model: str) -> list[dict]:
