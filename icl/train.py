@@ -3,12 +3,15 @@
 Resumable: every `train.checkpoint_every` epochs the whole state (parameters, optimizer, logs so
 far) is written atomically next to the output; a rerun after a kill continues from there and,
 because batches are a function of (seed, epoch), ends with the same numbers as an unbroken run.
+A checkpoint is data, not code: tensors and plain values only, loaded with weights_only=True.
 """
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 import time
+import zipfile
 
 import numpy as np
 import torch
@@ -179,8 +182,9 @@ class ShardTraining:
         if saved:
             self.params, self.start, self.elapsed0 = saved["params"], saved["epoch"], saved["elapsed"]
             self.opt.load(saved["opt"])
-            self.logs.arrays, self.logs.diverged_at = saved["logs"], saved["diverged_at"]
-            self.trace.arrays = saved["trace"]
+            self.logs.arrays = {k: v.cpu().numpy() for k, v in saved["logs"].items()}
+            self.logs.diverged_at = saved["diverged_at"].cpu().numpy()
+            self.trace.arrays = {k: v.cpu().numpy() for k, v in saved["trace"].items()}
         self.active = torch.as_tensor(self.logs.diverged_at < 0, device=dev)
         self.M = self.train["target"].shape[1]
         self.batch = self.tr.get("batch_size") or self.M
@@ -234,9 +238,12 @@ class ShardTraining:
             self.active &= ~bad
 
     def state(self, done: int, elapsed: float) -> dict:
-        """What a checkpoint holds after `done` epochs."""
-        return {"params": self.params, "opt": self.opt.state(), "epoch": done, "logs": self.logs.arrays,
-                "diverged_at": self.logs.diverged_at, "elapsed": elapsed, "trace": self.trace.arrays}
+        """What a checkpoint holds after `done` epochs: tensors and plain values (the logs' and the
+        trace's numpy arrays as tensors of the same dtype, so they come back exactly)."""
+        return {"params": self.params, "opt": self.opt.state(), "epoch": done,
+                "logs": {k: torch.from_numpy(v) for k, v in self.logs.arrays.items()},
+                "trace": {k: torch.from_numpy(v) for k, v in self.trace.arrays.items()},
+                "diverged_at": torch.from_numpy(self.logs.diverged_at), "elapsed": float(elapsed)}
 
     def result(self, elapsed: float) -> dict:
         """The shard's .npz: logged arrays, final parameters, where and how long it trained."""
@@ -287,7 +294,9 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
 
 class Checkpoint:
     """The whole training state of a shard, saved atomically every checkpoint_every epochs and
-    taken up again by a rerun of the same runs (after a kill)."""
+    taken up again by a rerun of the same runs (after a kill). It holds tensors, dicts, lists and
+    numbers only and is loaded with torch.load(weights_only=True): a file that names any other
+    Python object is refused, never unpickled (unpickling can run code)."""
 
     def __init__(self, path: str, run_ids: list[str], label: str):
         self.path, self.run_ids, self.label = path, run_ids, label
@@ -296,7 +305,15 @@ class Checkpoint:
         if not os.path.exists(self.path):
             return None
         try:
-            ck = torch.load(self.path, map_location=dev, weights_only=False)
+            ck = torch.load(self.path, map_location=dev, weights_only=True)
+        except pickle.UnpicklingError:
+            if not zipfile.is_zipfile(self.path):       # not a torch archive at all: damaged
+                raise RuntimeError(f"checkpoint {self.path} is damaged (UnpicklingError); "
+                                   "delete it to restart this shard from epoch 0") from None
+            raise RuntimeError(f"checkpoint {self.path} holds Python objects besides tensors and plain values "
+                               "(an older icl saved numpy arrays in it, or another program wrote it); it is not "
+                               "loaded, as unpickling them could run code: delete it to restart this shard "
+                               "from epoch 0") from None
         except Exception as e:
             raise RuntimeError(f"checkpoint {self.path} is damaged ({type(e).__name__}); "
                                "delete it to restart this shard from epoch 0") from None

@@ -125,7 +125,8 @@ def test_resume_from_checkpoint_is_exact(tiny_plan, kind):
     assert os.path.exists(out + ".ckpt") and not os.path.exists(out)
     res = train_shard(short, paths, out)
     assert not os.path.exists(out + ".ckpt")
-    for key in ("train_loss", "test_loss", "attn", "q_features"):
+    assert set(res) == set(ref)
+    for key in set(ref) - {"seconds"}:                   # every logged array and final parameter
         np.testing.assert_array_equal(res[key], ref[key], err_msg=key)
 
 
@@ -136,6 +137,36 @@ def test_damaged_checkpoint_named(tiny_plan):
         fh.write(b"not a checkpoint")
     with pytest.raises(RuntimeError, match=r"checkpoint .*x\.npz\.ckpt is damaged"):
         train_shard(_members(recs, "softmax_q"), paths, out)
+
+
+class Payload:
+    """Unpickled, it would create the file `path`: what a checkpoint must never be able to do."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return open, (self.path, "w")
+
+
+def test_checkpoint_holding_python_objects_is_refused(tiny_plan):
+    """A checkpoint is data: one that carries a pickled object is refused with its path and what
+    to do, and the object is never unpickled. One written by training loads (weights_only)."""
+    import torch
+    recs, paths, tmp = tiny_plan
+    members = _members(recs, "softmax_q")
+    out = str(tmp / "p.npz")
+    marker = tmp / "unpickled"
+    torch.save({"run_ids": [r["run_id"] for r in members], "epoch": 5, "params": Payload(str(marker))},
+               out + ".ckpt")
+    with pytest.raises(RuntimeError, match=r"checkpoint .*p\.npz\.ckpt holds Python objects.*delete it to restart"):
+        train_shard(members, paths, out)
+    assert not marker.exists()
+    from icl.train import Checkpoint, ShardTraining
+    sh = ShardTraining(members, paths, torch.device("cpu"))
+    ck = Checkpoint(str(tmp / "good.ckpt"), [r["run_id"] for r in members], "t")
+    ck.save(sh.state(3, 1.5))
+    assert torch.load(ck.path, weights_only=True)["epoch"] == 3 and ck.load(torch.device("cpu"))["elapsed"] == 1.5
 
 
 def test_feature_count_training_equals_token_training(tiny_plan, monkeypatch):
