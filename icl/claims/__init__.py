@@ -13,8 +13,10 @@ VERDICTS = (HOLDS, FAILS, UNSURE, NOT_TESTABLE)
 
 # stable ids (listed in README.md) and what each claims, in the papers' words
 CLAIMS = {
-    "ldl.attention_to_one": "attention on the query's own feature → 1",
-    "ldl.offdiag_logits": "off-diagonal logits q_{k,k'} decay more slowly than own attention rises, and may oscillate",
+    "ldl.attention_to_one": "after the loss converges, attention on the query's own feature → 1 (Prop. 1)",
+    "ldl.offdiag_logits": "off-diagonal logits q_{k,k'} fall overall, more slowly than q_k rises, and oscillate (Props. 2-4)",
+    "ldl.own_logit_monotone": "the own logit q_k never decreases under GD (Lemma 2: g_k ≥ 0)",
+    "ldl.phase_one": "Phase I ends at T1 = Θ(K log K/(ηL²Δ²)), own attention Ω(1/(1+δ)) by then (Prop. 2)",
     "ldl.phases": "two phases in the flat regime, three in the sharp",
     "ldl.time_vs_L": "convergence time T ∝ 1/L² at fixed η (GD)",
     "ldl.time_vs_eps": "T grows as log(1/ε) in the flat regime and as 1/ε in the sharp (GD)",
@@ -31,21 +33,28 @@ CLAIMS = {
 }
 
 COLUMNS = ["experiment", "claim_id", "model", "group", "claim", "prediction", "measurement", "value", "ci_lo",
-           "ci_hi", "verdict", "reason", "domain"]
+           "ci_hi", "verdict", "reason", "domain", "fragile", "scope"]
+SCOPES = ("setting", "run")      # a row per setting (the report's table), or per run (behind a toggle)
 
 
 def verdict(claim_id: str, verdict: str, *, prediction: str, measurement: str, reason: str = "",
             value: float = math.nan, ci_lo: float = math.nan, ci_hi: float = math.nan, model: str = "all",
-            group: str = "", domain: str = "") -> dict:
+            group: str = "", domain: str = "", fragile: str = "", scope: str = "setting") -> dict:
     """One verdict row. `reason` is required whenever the verdict is not `holds`: a reader must
     learn why in one sentence. `domain`: where the runs lie outside the theorem's assumptions, a
-    sentence saying which (empty where they meet them or the claim has none)."""
+    sentence saying which (empty where they meet them or the claim has none). `fragile`: the
+    analysis choices that flip the verdict (icl.claims.judge.robust fills it). `scope`: 'setting'
+    for a row per setting, 'run' for a claim's per-run detail."""
     if claim_id not in CLAIMS:
         raise ValueError(f"unknown claim id {claim_id!r}; known: {', '.join(CLAIMS)}")
     if verdict not in VERDICTS:
         raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
     if verdict != HOLDS and not reason:
         raise ValueError(f"{claim_id}: a verdict of {verdict!r} needs a reason")
+    if verdict == HOLDS and not (math.isfinite(ci_lo) and math.isfinite(ci_hi)):
+        raise ValueError(f"{claim_id}: 'holds' needs an interval (ci_lo, ci_hi) inside the prediction's band")
+    if scope not in SCOPES:
+        raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
     return {"claim_id": claim_id, "model": model, "group": group, "claim": CLAIMS[claim_id],
             "prediction": prediction, "measurement": measurement, "value": float(value),
             "ci_lo": float(ci_lo), "ci_hi": float(ci_hi), "verdict": verdict, "reason": reason, "domain": domain}

@@ -1,0 +1,203 @@
+"""The rules every claim obeys, written once (../shared/DESIGN.md, "How a claim becomes a verdict").
+
+- A prediction is a `Band`: the range the theory allows (from its unknown constants) widened by
+  a stated tolerance, within natural bounds (an attention lies in [0, 1]).
+- `judge`: holds only when the measurement's whole interval lies inside the band, does not hold
+  only when the whole interval lies outside it, inconclusive otherwise (the interval's width in
+  the reason); no interval is never "holds".
+- `settings` / `by_setting`: one verdict per setting — runs are grouped by every swept setting
+  other than the claim's own axis (L, seed), and the group label names each of them.
+- `exclude`: runs that diverged, ended above their initial loss, or memorised their training
+  prompts are left out and counted in the measurement.
+- `robust`: a verdict's robustness is data — the claim is re-judged under the other reasonable
+  analysis choices (L* halved or doubled, the band ± half its width) and the `fragile` column
+  lists those that flip it.
+- `boot`: the percentile bootstrap every interval comes from (icl.stats).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+from icl.claims import FAILS, HOLDS, UNSURE, fmt
+from icl import stats
+
+# run columns that say which run it is, not how it was set up
+IDENTITY = {"run_id", "shard", "data_id", "experiment", "config_hash", "code_version", "seed", "L"}
+
+
+@dataclass(frozen=True)
+class Band:
+    """The measurements a prediction allows: [lo, hi] (the theory's range over its unknown
+    constants) widened by `tol` on each side, clipped to [floor, ceil]. `source` says where the
+    range and the tolerance come from (README, "Verdicts")."""
+
+    lo: float
+    hi: float
+    tol: float = 0.0
+    floor: float = -math.inf
+    ceil: float = math.inf
+    source: str = ""
+
+    def edges(self, scale: float = 1.0) -> tuple[float, float]:
+        """The band's edges with its width scaled by `scale` about its centre (one-sided bands:
+        the tolerance scaled), clipped to the natural bounds."""
+        if math.isfinite(self.lo) and math.isfinite(self.hi):
+            mid, half = (self.lo + self.hi) / 2, (self.hi - self.lo) / 2 + self.tol
+            a, b = mid - scale * half, mid + scale * half
+        else:
+            a, b = self.lo - scale * self.tol, self.hi + scale * self.tol
+        return max(a, self.floor), min(b, self.ceil)
+
+    def text(self, scale: float = 1.0, nd: int = 3) -> str:
+        a, b = self.edges(scale)
+        if not math.isfinite(b):
+            return f"≥ {fmt(a, nd)}"
+        if not math.isfinite(a):
+            return f"≤ {fmt(b, nd)}"
+        return f"[{fmt(a, nd)}, {fmt(b, nd)}]"
+
+
+@dataclass(frozen=True)
+class Choices:
+    """The analysis choices a verdict may depend on: where flat meets sharp (a multiple of L*,
+    whose constant is unknown), how wide the band is, and how ε is read (from the loss reached,
+    ε² = loss, or from attention, 1 − Attn_own = εδ)."""
+
+    lstar: float = 1.0
+    band: float = 1.0
+    eps: str = "loss"
+
+
+DEFAULT = Choices()
+ALTERNATIVES = {"L* halved": Choices(lstar=0.5), "L* doubled": Choices(lstar=2.0),
+                "band half as wide": Choices(band=0.5), "band half again as wide": Choices(band=1.5)}
+
+
+def judge(lo: float, hi: float, band: Band, choices: Choices = DEFAULT, what: str = "the measurement",
+          no_interval: str = "") -> tuple[str, str]:
+    """(verdict, reason) of an interval [lo, hi] against a band."""
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return UNSURE, no_interval or f"{what} has no interval (too few independent runs), so it cannot hold"
+    a, b = band.edges(choices.band)
+    inside = f"[{fmt(lo)}, {fmt(hi)}]"
+    if a <= lo and hi <= b:
+        return HOLDS, ""
+    if hi < a or lo > b:
+        return FAILS, f"{what}'s interval {inside} lies outside the band {band.text(choices.band)}"
+    return UNSURE, (f"{what}'s interval {inside} (width {fmt(hi - lo)}) overlaps the band "
+                    f"{band.text(choices.band)} without lying inside it")
+
+
+def boot(values, stat=np.median, clusters=None, seed: int = 0, min_units: int = 3) -> tuple[float, float]:
+    """95% percentile interval of stat(values) over icl.stats' resamples of the independent
+    units: the values themselves, or the clusters (e.g. seeds) they belong to. Fewer than
+    `min_units` units give no interval (NaN, NaN). `stat` takes the resampled values (with
+    `clusters`, the rows of the drawn clusters stacked)."""
+    x = np.asarray(values)
+    units = np.arange(len(x)) if clusters is None else np.unique(np.asarray(clusters), return_inverse=True)[1]
+    n_units = int(units.max()) + 1 if len(units) else 0
+    if n_units < min_units:
+        return math.nan, math.nan
+    members = [np.flatnonzero(units == u) for u in range(n_units)]
+    out = np.array([stat(x[np.concatenate([members[u] for u in d])]) for d in stats.resamples(n_units, seed)],
+                   dtype=float)
+    out = out[np.isfinite(out)]
+    if not len(out):
+        return math.nan, math.nan
+    lo, hi = np.percentile(out, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def boot_median(values, min_units: int = 3) -> tuple[float, float]:
+    """The bootstrap interval of a median over independent values (icl.stats.median_interval),
+    none with fewer than `min_units` values."""
+    x = np.asarray(values, float)
+    return stats.median_interval(x) if len(x) >= min_units else (math.nan, math.nan)
+
+
+# ----------------------------------------------------------------------------- grouping
+
+def settings(runs: pd.DataFrame, axis=("L", "seed")) -> list[str]:
+    """The run settings that vary among these runs (one model's), other than the claim's own
+    axis and the settings that move with L (a frequency zipped to L): each combination of
+    them is one setting, judged on its own."""
+    out = []
+    for col in runs.columns:
+        if col in IDENTITY or col in axis or col == "model" or runs[col].isna().all():
+            continue
+        values = runs[col].astype(str)
+        if values.nunique() < 2:
+            continue
+        if "L" in axis and "L" in runs and (values.groupby(runs["L"].astype(str)).nunique() <= 1).all() \
+                and runs["L"].nunique() == values.nunique():
+            continue                                    # moves with L: part of the L axis
+        out.append(col)
+    return out
+
+
+def label(rec: dict, cols: list[str]) -> str:
+    """'lr=5, delta=3': every setting that names a group."""
+    return ", ".join(f"{c}={rec[c]:g}" if isinstance(rec[c], (float, np.floating)) else f"{c}={rec[c]}"
+                     for c in cols)
+
+
+def by_setting(df: pd.DataFrame, cols: list[str]):
+    """(label, rows) for each combination of the settings `cols` (one group, label '', if none)."""
+    if not cols:
+        yield "", df
+        return
+    keyed = df.assign(**{f"_k{i}": df[c].astype(str) for i, c in enumerate(cols)})
+    for _, g in keyed.groupby([f"_k{i}" for i in range(len(cols))], sort=True, dropna=False):
+        yield label(g.iloc[0][cols].to_dict(), cols), df.loc[g.index]
+
+
+def join(*parts: str) -> str:
+    """A group label from its parts, empty ones left out."""
+    return "; ".join(p for p in parts if p)
+
+
+# ----------------------------------------------------------------------------- exclusion
+
+def exclude(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The runs a claim may read, and a sentence counting those left out: diverged, ended above
+    their initial loss (unstable), or memorised their prompts (test loss rose while the train
+    loss fell: evidence about memorising, not about the theory)."""
+    why = {}
+    diverged = df["diverged"].astype(bool) if "diverged" in df else pd.Series(False, index=df.index)
+    above = ~diverged & (df["final_train_loss"].astype(float) > df["loss0"].astype(float))
+    mem = ~diverged & ~above & (df["memorises"].fillna(False).astype(bool) if "memorises" in df
+                                else pd.Series(False, index=df.index))
+    for name, mask in (("diverged", diverged), ("ended above its initial loss", above),
+                       ("memorised its training prompts", mem)):
+        if mask.any():
+            why[name] = int(mask.sum())
+    kept = df[~(diverged | above | mem)]
+    if not why:
+        return kept, ""
+    return kept, (f"{len(df) - len(kept)} of {len(df)} runs left out (" +
+                  ", ".join(f"{n} {w}" for w, n in why.items()) + ")")
+
+
+# ----------------------------------------------------------------------------- robustness
+
+def robust(fn, *args, uses=("lstar", "band"), **kw) -> list[dict]:
+    """fn's rows under the default choices, each with `fragile` listing the alternative choices
+    (ALTERNATIVES, those in `uses`) under which the same row reads differently."""
+    rows = fn(*args, choices=DEFAULT, **kw)
+    for name, ch in ALTERNATIVES.items():
+        if not any(getattr(ch, u) != getattr(DEFAULT, u) for u in uses):
+            continue
+        alt = {(r["claim_id"], r["model"], r["group"]): r["verdict"] for r in fn(*args, choices=ch, **kw)}
+        for r in rows:
+            v = alt.get((r["claim_id"], r["model"], r["group"]))
+            if v is not None and v != r["verdict"]:
+                r["fragile"] = "; ".join(p for p in (r.get("fragile", ""), f"{name}: {v}") if p)
+    return rows
+
+
+def with_choice(choices: Choices, **kw) -> Choices:
+    return replace(choices, **kw)
