@@ -57,7 +57,8 @@ def verdict(claim_id: str, verdict: str, *, prediction: str, measurement: str, r
         raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
     return {"claim_id": claim_id, "model": model, "group": group, "claim": CLAIMS[claim_id],
             "prediction": prediction, "measurement": measurement, "value": float(value),
-            "ci_lo": float(ci_lo), "ci_hi": float(ci_hi), "verdict": verdict, "reason": reason, "domain": domain}
+            "ci_lo": float(ci_lo), "ci_hi": float(ci_hi), "verdict": verdict, "reason": reason, "domain": domain,
+            "fragile": fragile, "scope": scope}
 
 
 def table(experiment: str, rows: list[dict]) -> pd.DataFrame:
