@@ -85,42 +85,40 @@ def with_limits(cells: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """limit_mse, limit_slope: on each trained LSA cell, the theory at the optimum's N → ∞ limit
     (Λ⁻¹ for a fixed covariance, I/(3·scale) for Exp covariances: the slides' large-N reading),
     exact at the cell's M and shift; NaN where there is no closed form. Each band reaches halfway
-    from the finite-N prediction to this value."""
+    from the finite-N prediction to this value. Computed once per (training law, shift, c, M)."""
     from icl.theory.table import lsa_optimum, lsa_target_limit
     out = cells.assign(limit_mse=np.nan, limit_slope=np.nan)
-    lsa = (cells["model_kind"] == "lsa").to_numpy()
-    if not lsa.any() or "task_kind" not in runs:
+    if not (cells["model_kind"] == "lsa").any() or "task_kind" not in runs:
         return out
     keys = ["token_kind", "d", "covariance", "scale", "task_kind", "N"]
-    by_run = runs.drop_duplicates("run_id").set_index("run_id")
-    laws, of_run = {}, {}
-    for rid in cells.loc[lsa, "run_id"].unique():
-        if rid not in by_run.index:
+    lsa_runs = runs[runs["model_kind"] == "lsa"].drop_duplicates("run_id")
+    records = lsa_runs.to_dict("records")
+    law_key = ["|".join(str(r.get(k)) for k in keys) for r in records]
+    laws = {}
+    for k, row in zip(law_key, records):
+        if k in laws:
             continue
-        row = by_run.loc[rid]
-        k = tuple(str(row.get(c)) for c in keys)
-        if k not in laws:
-            spec = _spec(row)
-            B_inf = lsa_target_limit(spec) if spec["tokens"]["kind"] in ("gaussian", "random_covariance") else None
-            if B_inf is None:
-                laws[k] = None
-            else:
-                _, tk, par = lsa_optimum(spec)
-                laws[k] = (B_inf, ("fixed", par, None) if tk == "gaussian" else ("random", par, None))
-        of_run[rid] = k
-    vals, mse, slope = {}, np.full(len(cells), np.nan), np.full(len(cells), np.nan)
-    sub = cells.loc[lsa, ["run_id", "shift", "c", "M"]]
-    for pos, (rid, kind, c, M) in zip(np.flatnonzero(lsa), sub.itertuples(index=False)):
-        k = of_run.get(rid)
-        if k is None or laws[k] is None:
+        spec = _spec(row)
+        B_inf = lsa_target_limit(spec) if spec["tokens"]["kind"] in ("gaussian", "random_covariance") else None
+        if B_inf is None:
+            laws[k] = None
+            continue
+        _, tk, par = lsa_optimum(spec)
+        laws[k] = (B_inf, ("fixed", par, None) if tk == "gaussian" else ("random", par, None))
+    c = cells[["run_id", "shift", "c", "M"]].assign(law=cells["run_id"].map(dict(zip(lsa_runs["run_id"], law_key))))
+    c = c.assign(c1=c["c"].fillna(1.0).astype(float))
+    combos = c.dropna(subset=["law"]).drop_duplicates(["law", "shift", "c1", "M"])
+    vals = {}
+    for k, kind, c1, M in combos[["law", "shift", "c1", "M"]].itertuples(index=False):
+        if laws.get(k) is None:
             continue
         B_inf, train = laws[k]
-        d, c1 = int(B_inf.shape[0]), 1.0 if pd.isna(c) else float(c)
-        key = (k, kind, c1, int(M))
-        if key not in vals:
-            vals[key] = shifts.theory(B_inf, shifts.shifted_law(kind, train, c1, d), d, int(M))
-        mse[pos], slope[pos] = vals[key]
-    return out.assign(limit_mse=mse, limit_slope=slope)
+        d = int(B_inf.shape[0])
+        vals[(k, kind, c1, int(M))] = shifts.theory(B_inf, shifts.shifted_law(kind, train, c1, d), d, int(M))
+    got = [vals.get((k, kind, c1, int(M)), (np.nan, np.nan)) if isinstance(k, str) else (np.nan, np.nan)
+           for k, kind, c1, M in c[["law", "shift", "c1", "M"]].itertuples(index=False)]
+    arr = np.array(got, float).reshape(-1, 2)
+    return out.assign(limit_mse=arr[:, 0], limit_slope=arr[:, 1])
 
 
 # ----------------------------------------------------------------------------- learned matrices
