@@ -630,7 +630,11 @@ def _paired(s: Setting, other: pd.DataFrame, shift, c=None, lengths=None) -> pd.
     if lengths is not None:
         mine = mine[lengths(mine)]
     keys = ["data_id", "shift", "M"]
-    j = mine.merge(other[other["shift"] == shift][keys + ["c", "mse", "mse_se", "run_id"]], on=keys)
+    o = other[other["shift"] == shift].assign(c=lambda x: x["c"].fillna(-1.0), se2=lambda x: x["mse_se"] ** 2)
+    g = o.groupby(keys + ["c"], sort=False)          # several runs of the other kind on one data set: their mean
+    o = g.agg(mse=("mse", "mean"), se2=("se2", "sum")).reset_index().assign(n=g.size().to_numpy())
+    o = o.assign(mse_se=np.sqrt(o["se2"]) / o["n"], c=o["c"].where(o["c"] != -1.0))
+    j = mine.merge(o[keys + ["c", "mse", "mse_se"]], on=keys)
     return j[(j["c_x"] == j["c_y"]) | (j["c_x"].isna() & j["c_y"].isna())]
 
 
