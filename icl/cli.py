@@ -144,7 +144,7 @@ def cmd_timing(args) -> None:
 
 
 def cmd_claims(args) -> None:
-    from icl.claims import readme_table
+    from icl.claims.readme import readme_table
     print(readme_table())
 
 

@@ -76,7 +76,7 @@ def slope_figure(tabs, model, tcol="t_rel_1e-2") -> Figure | None:
             ax.plot(np.exp(xs), np.exp(b + r["slope"] * xs), color=color,
                     label=f"{where}: slope {r['slope']:.2f} [{r['ci_lo']:.2f}, {r['ci_hi']:.2f}], "
                           f"theory {r['theory_slope']:.2f}")
-    for Lst in df["L_split"].dropna().unique():
+    for Lst in df.get("L_split", df["L_star"]).dropna().unique():
         ax.axvline(Lst, color="grey", ls=":", lw=1)
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -97,7 +97,8 @@ def stability_figure(tabs, model) -> Figure | None:
         ax.plot(g["L"], g["max_stable_lr"], "o-", color=color,
                 label=f"largest lr with no seed diverged or above loss₀{tag}")
         ax.plot(g["L"], g["max_converged_lr"], "s--", color=color, label=f"largest lr at which all seeds converged{tag}")
-    for Lst in _runs(tabs)["L_split"].dropna().unique():
+    runs = _runs(tabs)
+    for Lst in runs.get("L_split", runs["L_star"]).dropna().unique():
         ax.axvline(Lst, color="grey", ls=":", lw=1)
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -13,7 +13,9 @@ import pandas as pd
 import pytest
 
 from icl.claims import FAILS, HOLDS, NOT_TESTABLE, UNSURE, zfb
-from icl.evaluate import _stats, baselines, eval_id, eval_prompts, theory_cell
+from icl.baselines import predict_all
+from icl.evaluate import _stats, eval_id, eval_prompts
+from icl.shifts import theory_cell
 from icl.theory import lsa
 from icl.theory.table import lsa_optimum, lsa_target_limit
 
@@ -119,7 +121,7 @@ class Exp:
         for N in self.Ns[:1]:
             for seed in self.seeds:
                 for shift, c, M, x, y in self.prompts(N, seed):
-                    self._row("ols", "baseline", None, N, seed, shift, c, M, baselines(x, y, 0.1)["ols"], y)
+                    self._row("ols", "baseline", None, N, seed, shift, c, M, predict_all(x, y, 0.1)["ols"], y)
                     self.cells[-1]["N"] = np.nan
         return self
 

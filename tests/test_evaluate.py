@@ -86,9 +86,10 @@ def trained(tmp_path_factory):
 def test_evaluation_rows_and_chunking(trained):
     recs, paths, tmp = trained
     whole = evaluate_trained(recs, paths, str(tmp / "lsa.npz"), str(tmp / "whole.parquet"))
-    # 3 runs + 6 baselines (ols, ridge, 1-NN, NW, lsa_limit: one set per seed) per cell and length
-    assert len(whole) == 2 * 2 * (3 + 3 * 5)
-    assert set(whole["predictor"]) == {"lsa", "ols", "ridge", "nearest_neighbor", "nadaraya_watson", "lsa_limit"}
+    # 3 runs + 6 baselines (ols, ridge, uniform attention, 1-NN, NW, lsa_limit: one set per seed) per cell and length
+    assert len(whole) == 2 * 2 * (3 + 3 * 6)
+    assert set(whole["predictor"]) == {"lsa", "ols", "ridge", "uniform_attention", "nearest_neighbor",
+                                       "nadaraya_watson", "lsa_limit"}
     assert whole.loc[whole["predictor"] == "lsa", "theory_mse"].notna().all()
     chunked = evaluate_trained(recs, paths, str(tmp / "lsa.npz"), str(tmp / "chunked.parquet"), budget_mb=0)
     key = ["predictor", "run_id", "eval_id", "shift", "c", "M"]
@@ -101,8 +102,8 @@ def test_a_baseline_joins_in_one_place(trained, monkeypatch):
     """The built-in baselines in their order of rows, and a new one: one class, registered, and
     its rows appear in shift.parquet under its name, with its theory."""
     from icl import baselines
-    assert list(baselines.REGISTRY) == ["ols", "ridge", "nearest_neighbor", "nadaraya_watson", "feature_oracle",
-                                        "lsa_limit"]
+    assert list(baselines.REGISTRY) == ["ols", "ridge", "uniform_attention", "nearest_neighbor", "nadaraya_watson",
+                                        "feature_oracle", "lsa_limit"]
     monkeypatch.setattr(baselines, "REGISTRY", dict(baselines.REGISTRY))
 
     @baselines.register
@@ -110,7 +111,7 @@ def test_a_baseline_joins_in_one_place(trained, monkeypatch):
         name = "context_mean"
 
         def predict(self, x, y, feat, ridge, spec):
-            return y[:, :-1].mean(1)
+            return 0.5 * y[:, :-1].mean(1)
 
         def theory(self, spec, kind, c, M):
             return 1.0, 0.0
@@ -184,9 +185,9 @@ def test_new_shifts_rerun_evaluation_not_training(tmp_path):
     # the baselines of each prompt set are evaluated by one shard only, and every set is covered
     per_shard = [pd.read_parquet(p) for p in sorted((tmp_path / "results/z/shards").glob("*.shift.parquet"))]
     n_base = [int((df["model_kind"] == "baseline").sum()) for df in per_shard]
-    assert sorted(n_base) == [0, 3 * 5 * 3 * 2]          # seeds x baselines x cells x lengths, in one shard
+    assert sorted(n_base) == [0, 3 * 6 * 3 * 2]          # seeds x baselines x cells x lengths, in one shard
     base = shift[shift["model_kind"] == "baseline"]
-    assert len(base) == 3 * 5 * 3 * 2 and base["eval_id"].nunique() == 3
+    assert len(base) == 3 * 6 * 3 * 2 and base["eval_id"].nunique() == 3
     assert "Nothing to be done" in (r := snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(cfg))).stdout + r.stderr
 
 

@@ -114,7 +114,8 @@ def test_target_of_an_unknown_experiment_is_named(checkout, target):
 def test_readme_verdict_table_is_what_the_claim_functions_say():
     """The README's verdict table is `icl claims` (the first paragraph of each claim function's
     docstring), so the rule a reader sees is the rule the code runs."""
-    from icl.claims import CLAIMS, readme_table
+    from icl.claims import CLAIMS
+    from icl.claims.readme import readme_table
     text = (REPO / "README.md").read_text()
     block = text.split("<!-- verdict-table")[1].split("-->", 1)[1].split("<!-- /verdict-table -->")[0].strip()
     assert block == readme_table()

@@ -74,21 +74,3 @@ def fmt(x, nd: int = 3) -> str:
     """A number for a measurement sentence; '—' for a missing one."""
     return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{nd}g}"
 
-
-def rules() -> dict[str, str]:
-    """What each claim function judges, in the words of the first paragraph of its docstring: the
-    README's verdict table is this (`icl claims`), so the two cannot drift apart."""
-    from icl.claims import ldl, zfb       # the claims import this module
-    out = {}
-    for module in (ldl, zfb):
-        for cid, fn in getattr(module, "RULES", {}).items():
-            out[cid] = " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split())
-    return out
-
-
-def readme_table() -> str:
-    """The README's verdict table: claim id and the rule that judges it."""
-    lines = ["| claim_id | what is judged |", "|---|---|"]
-    bar = "\\|"
-    lines += [f"| `{cid}` | {text.replace('|', bar)} |" for cid, text in rules().items()]
-    return "\n".join(lines)

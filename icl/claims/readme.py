@@ -1,0 +1,23 @@
+"""The README's verdict table, made from the claim functions themselves (`icl claims`): what a
+reader sees is the first paragraph of the docstring of the function that judges the claim."""
+from __future__ import annotations
+
+from icl.claims import ldl, zfb
+
+
+def rules() -> dict[str, str]:
+    """What each claim function judges, in the words of the first paragraph of its docstring: the
+    README's verdict table is this (`icl claims`), so the two cannot drift apart."""
+    out = {}
+    for module in (ldl, zfb):
+        for cid, fn in getattr(module, "RULES", {}).items():
+            out[cid] = " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split())
+    return out
+
+
+def readme_table() -> str:
+    """The README's verdict table: claim id and the rule that judges it."""
+    lines = ["| claim_id | what is judged |", "|---|---|"]
+    bar = "\\|"
+    lines += [f"| `{cid}` | {text.replace('|', bar)} |" for cid, text in rules().items()]
+    return "\n".join(lines)
