@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from icl import models
 from icl.claims.ldl import logit_dynamics
 from icl.files import atomic_path
 from icl.parallel import Forked
@@ -69,20 +70,20 @@ def read_parquet(path: str, run_ids=None, **kw) -> pd.DataFrame:
 
 
 def run_row(run: dict) -> dict:
-    """One row of runs.parquet: every parameter of the run by its leaf name."""
+    """One row of runs.parquet: every parameter of the run by its leaf name; the model settings'
+    columns are every kind's (icl.models.setting_columns), None where the run's kind has none."""
     s = run["spec"]
     tok, task, pr, model, tr = s["tokens"], s["task"], s["prompts"], s["model"], s["train"]
     row = {
         "run_id": run["run_id"], "shard": run["shard"], "data_id": run["data_id"],
         "model": model["name"], "model_kind": model["kind"], "optimizer": model["optimizer"],
-        "lr": float(model["lr"]), "width": model.get("width"), "seed": int(s["seed"]),
+        "lr": float(model["lr"]), **models.columns(s), "seed": int(s["seed"]),
         "token_kind": tok["kind"], "d": tok["d"], "K": tok.get("K"), "delta": tok.get("delta"),
         "noise": tok.get("noise"), "features": tok.get("features"),
         "probs": json.dumps(tok["probs"]) if tok.get("probs") is not None else None,
         "covariance": (tok["covariance"] if isinstance(tok.get("covariance"), str) else json.dumps(tok["covariance"]))
         if "covariance" in tok else None,
-        "scale": tok.get("scale"), "init_scale": model.get("init_scale"), "init_noise": model.get("init_noise"),
-        "ffn_mult": model.get("ffn_mult"), "fresh": bool(tr.get("fresh", False)),
+        "scale": tok.get("scale"), "fresh": bool(tr.get("fresh", False)),
         "task_kind": task["kind"], "L": task.get("L"), "c": task.get("c"),
         "N": pr["N"], "M": pr["train"], "n_test": pr["test"],
         "epochs": tr["epochs"], "log_every": tr["log_every"], "batch_size": tr.get("batch_size"),
@@ -107,9 +108,8 @@ def empty_shift() -> pd.DataFrame:
 
 def runs_table(runs: list[dict], experiment: str, config_hash: str) -> pd.DataFrame:
     df = pd.DataFrame([run_row(r) for r in runs])
-    for col, dtype in {"width": "Int64", "K": "Int64", "batch_size": "Int64", "ffn_mult": "Int64",
-                       "delta": "Float64", "noise": "Float64", "L": "Float64", "c": "Float64", "scale": "Float64",
-                       "init_scale": "Float64", "init_noise": "Float64"}.items():
+    for col, dtype in {"K": "Int64", "batch_size": "Int64", "delta": "Float64", "noise": "Float64", "L": "Float64",
+                       "c": "Float64", "scale": "Float64", **models.setting_columns()}.items():
         df[col] = df[col].astype(dtype)
     df.insert(1, "experiment", experiment)
     df["config_hash"] = config_hash
@@ -139,7 +139,8 @@ TEXT = pa.dictionary(pa.int32(), pa.string())      # run ids, metric and matrix 
 LONG_SCHEMAS = {   # the long tables, written shard by shard (DESIGN §5)
     "curves": pa.schema([("run_id", TEXT), ("epoch", pa.int64()), ("metric", TEXT), ("value", pa.float64())]),
     "attention": pa.schema([("run_id", TEXT), ("epoch", pa.int64()), ("query_feature", pa.int64()),
-                            ("key_feature", pa.int64()), ("attn", pa.float64())]),
+                            ("key_feature", pa.int64()), ("attn", pa.float64()), ("layer", pa.int64()),
+                            ("head", pa.int64())]),
     "matrices": pa.schema([("run_id", TEXT), ("epoch", pa.int64()), ("name", TEXT), ("i", pa.int64()),
                            ("j", pa.int64()), ("value", pa.float64())]),
 }
@@ -167,24 +168,44 @@ def _grid(shape: tuple[int, ...]) -> list[np.ndarray]:
     return [g.ravel() for g in np.meshgrid(*(np.arange(n) for n in shape), indexing="ij", copy=False)]
 
 
+LOGGED_EXCEPT = ("run_id", "epoch", "diverged_at", "seconds", "device", "device_name", "threads", "code_version",
+                 "code_hash")
+
+
+def logged(sh: dict) -> dict:
+    """The logged arrays of a shard, (runs, logged epochs, ...) each, in the order they were logged:
+    everything but the parameters (param_*) and the bookkeeping."""
+    return {k: v for k, v in sh.items() if k not in LOGGED_EXCEPT and not k.startswith("param_")}
+
+
+def last_layer_map(attn: np.ndarray) -> np.ndarray:
+    """attn (R, E, K, K), or (R, E, layers, heads, K, K): the map attn_own reads, the last layer's
+    averaged over its heads."""
+    return attn[:, :, -1].mean(2) if attn.ndim == 6 else attn
+
+
 def long_tables(sh: dict) -> dict[str, pa.Table]:
-    """curves / attention / matrices rows of one shard's arrays, as Arrow tables."""
+    """curves / attention / matrices rows of one shard's arrays, as Arrow tables. What a model logs
+    decides where it goes: a number per run and epoch is a curve (metric = its name), `attn` the
+    attention maps (per layer and head where it has them; layer 0, head 0 otherwise), any other
+    matrix a matrix (name = its name)."""
     rid, ep = sh["run_id"].astype(str), sh["epoch"]
     R, E = len(rid), len(ep)
     r, e = _grid((R, E))
-    curves = [pa.table([coded(rid, r), ep[e], coded([metric], np.zeros(R * E)), sh[metric].ravel()],
+    logs = logged(sh)
+    attn = logs.pop("attn")
+    curves = [pa.table([coded(rid, r), ep[e], coded([metric], np.zeros(R * E)), arr.ravel()],
                        schema=LONG_SCHEMAS["curves"])
-              for metric in ("train_loss", "test_loss", "attn_own", "attn_entropy", "attn_knn", "dist_target")
-              if metric in sh and not (metric == "attn_own" and sh["attn"].shape[-1] == 0)
-              and not np.isnan(sh[metric]).all()]
-    # attn[r, e, k, j]: key feature k, query feature j
-    r, e, k, j = _grid(sh["attn"].shape)
+              for metric, arr in logs.items()
+              if arr.ndim == 2 and not (metric == "attn_own" and attn.shape[-1] == 0) and not np.isnan(arr).all()]
+    # attn[r, e, (layer, head,) k, j]: key feature k, query feature j
+    shape = attn.shape if attn.ndim == 6 else (R, E, 1, 1, *attn.shape[2:])
+    r, e, layer, head, k, j = _grid(shape)
     out = {"curves": pa.concat_tables(curves),
-           "attention": pa.table([coded(rid, r), ep[e], j, k, sh["attn"].ravel()], schema=LONG_SCHEMAS["attention"])}
+           "attention": pa.table([coded(rid, r), ep[e], j, k, attn.ravel(), layer, head], schema=LONG_SCHEMAS["attention"])}
     mats = []
-    for name in ("q_features", "effective"):
-        arr = sh.get(name)
-        if arr is not None and arr.size:
+    for name, arr in logs.items():
+        if arr.ndim == 4 and arr.size:
             r, e, i, j = _grid(arr.shape)
             mats.append(pa.table([coded(rid, r), ep[e], coded([name], np.zeros(arr.size)), i, j, arr.ravel()],
                                  schema=LONG_SCHEMAS["matrices"]))
@@ -218,7 +239,8 @@ def summary_table(sh: dict) -> pd.DataFrame:
     summ["attn_off_final"] = np.nan
     summ["attn_off_oscillates"] = pd.array([None] * R, dtype="boolean")
     if K:
-        off = (sh["attn"].sum(axis=(2, 3)) - np.trace(sh["attn"], axis1=2, axis2=3)) / (K * (K - 1))
+        amap = last_layer_map(sh["attn"])
+        off = (amap.sum(axis=(2, 3)) - np.trace(amap, axis1=2, axis2=3)) / (K * (K - 1))
         summ["attn_off_final"] = off[:, -1]
         # oscillation: the mean off-diagonal attention turns from falling to rising at least once
         d = np.diff(off, axis=1)
