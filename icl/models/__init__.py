@@ -10,10 +10,11 @@ from __future__ import annotations
 from icl.models.base import (Batch, Model, attention_logs, count_attention_logs, count_batch, init_rng,  # noqa: F401
                              knn_count, lazy_torch, nearest, nearest_tokens, token_attention_logs, token_batch)
 from icl.models.block import TransformerBlock
+from icl.models.gpt import GPT
 from icl.models.lsa import LSA
 from icl.models.softmax_q import SoftmaxQ
 
-MODELS = {m.kind: m for m in (SoftmaxQ, TransformerBlock, LSA)}
+MODELS = {m.kind: m for m in (SoftmaxQ, TransformerBlock, LSA, GPT)}
 
 
 def build(spec: dict, tokens):
