@@ -123,19 +123,20 @@ class GPT(Model):
     @classmethod
     def train_bytes(cls, spec: dict) -> int:
         """The prompts and their token sequences (cached), what a training step keeps for the
-        backward pass (per prompt and layer S·(8W + 2F + 2HS) floats, twice over for the gradients
-        flowing back), a chunk of a forward without gradients, and parameters, gradients and
-        Adam's two moments."""
+        backward pass (per prompt, token and layer about 8W + 2F floats: the fused attention keeps
+        no tokens × tokens matrix), with one more layer's worth for the gradients flowing back,
+        fresh prompts, a share of the chunked forward without gradients, and parameters,
+        gradients and Adam's two moments."""
         data, rows, _, _ = cls._data_bytes(spec)
         m, p = spec["model"], spec["prompts"]
         W, L, H, F = m["width"], m["layers"], m["heads"], m["width"] * m["ffn_mult"]
         S = cls.tokens_needed(p["N"])
         batch = spec["train"].get("batch_size") or p["train"]
         seqs = 4 * rows * S * spec["tokens"]["d"]
-        step = 2 * 4 * batch * S * L * (8 * W + 2 * F + 2 * H * S)
+        step = 4 * batch * S * (L + 1) * (8 * W + 2 * F + H)
         if spec["train"].get("fresh"):
             step += 2 * 4 * p["train"] * (S + 1) * spec["tokens"]["d"]
-        return data + seqs + step + 4 * 8 * CHUNK_FLOATS // 256 + 4 * 5 * cls.n_params(spec)
+        return data + seqs + step + 4 * CHUNK_FLOATS // 4 + 4 * 5 * cls.n_params(spec)
 
     @classmethod
     def eval_bytes(cls, spec: dict, width: int = 1) -> int:
