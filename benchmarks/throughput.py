@@ -66,7 +66,7 @@ MODELS = {   # name: (data, model, the loop's module)
     "lsa": (ZFB, {"name": "m", "kind": "lsa", "optimizer": "adam", "lr": 1e-2, "init_scale": 0.3}, "LSAModule"),
     "softmax_q_full": (LDL, {"name": "m", "kind": "softmax_q", "optimizer": "gd", "lr": 5.0}, "FullSoftmaxQ"),
     "gpt": (GPT_DATA, {"name": "m", "kind": "gpt", "optimizer": "adam", "lr": 1e-3, "width": 64, "layers": 3, "heads": 2,
-                       "positions": 41}, "GPTReference"),
+                       "positions": 81}, "GPTReference"),
     "lsa_heads": (ZFB, {"name": "m", "kind": "lsa", "optimizer": "adam", "lr": 1e-2, "init_scale": 0.3, "heads": 8,
                         "separate_kq": True, "rank": 1}, "LSAHeadsReference"),
 }

@@ -77,16 +77,17 @@ class LSA(Model):
         m, D = spec["model"], spec["tokens"]["d"] + 1
         if (m.get("heads") or 1) == 1 and not m.get("separate_kq"):
             return super().train_bytes(spec)
-        data, _, tok_bytes, eval_rows = cls._data_bytes(spec)     # + Ĉ and the heads' vectors, kept for backward
-        return data + eval_rows * tok_bytes + 2 * 4 * eval_rows * (D * D + 4 * (m.get("heads") or 1) * D)
+        data, _, tok_bytes, eval_rows = cls._data_bytes(spec)     # + per token and head two products, kept for backward
+        H, T = m.get("heads") or 1, spec["prompts"]["N"] + 1
+        return data + eval_rows * tok_bytes + 2 * 4 * eval_rows * (3 * T * H + 2 * H * D)
 
     @classmethod
     def eval_bytes(cls, spec: dict, width: int = 1) -> int:
         m, D = spec["model"], spec["tokens"]["d"] + 1
         if (m.get("heads") or 1) == 1 and not m.get("separate_kq"):
             return super().eval_bytes(spec)
-        P = spec["evaluate"]["prompts"]
-        return super().eval_bytes(spec) + 4 * P * (D * D + 4 * (m.get("heads") or 1) * D)
+        P, T, H = spec["evaluate"]["prompts"], max(spec["evaluate"]["lengths"]) + 1, m.get("heads") or 1
+        return super().eval_bytes(spec) + 4 * P * (3 * T * H + 2 * H * D)
 
     def init(self, seeds, names, device, dtype=None) -> dict:
         dtype = dtype or torch.float32
@@ -143,8 +144,8 @@ class LSA(Model):
 
     @staticmethod
     def _heads_forward(params, e, eq):
-        """Σ_h (value row)ᵀ Ĉ W^KQ_h e_q with Ĉ = Σ_t e_t e_tᵀ / ρ, one D×D matrix per prompt."""
-        C = torch.einsum("rbtd,rbte->rbde", e, e) / (e.shape[2] - 1)
+        """Σ_h Σ_t (v_h · e_t)(e_t · W^KQ_h e_q) / ρ: per token one product with each head's value
+        row (one matmul over the run's tokens) and with W^KQ_h e_q, O(T D H) per prompt."""
         if "W_k" in params:
             q = torch.einsum("rhkj,rbj->rbhk", params["W_q"], eq)             # W_Q e_q: (R, B, H, r)
             g = torch.einsum("rhkj,rbhk->rbhj", params["W_k"], q)             # W_Kᵀ W_Q e_q: (R, B, H, D)
@@ -152,7 +153,10 @@ class LSA(Model):
         else:
             g = torch.einsum("rhij,rbj->rbhi", params["W_kq"], eq)
             v = params["W_pv"][:, :, -1, :]
-        return torch.einsum("rhi,rbij,rbhj->rb", v, C, g)
+        R, B, T, D = e.shape
+        s = torch.bmm(e.reshape(R, B * T, D), v.transpose(1, 2)).view(R, B, T, -1)   # v_h · e_t
+        a = torch.einsum("rbtd,rbhd->rbth", e, g)                                     # e_t · W^KQ_h e_q
+        return (a * s).sum((2, 3)) / (T - 1)
 
     @staticmethod
     def effective(params) -> torch.Tensor:
