@@ -124,16 +124,16 @@ class GPT(Model):
     def train_bytes(cls, spec: dict) -> int:
         """The prompts and their token sequences (cached), what a training step keeps for the
         backward pass (per prompt, token and layer about 8W + 2F floats: the fused attention keeps
-        no tokens × tokens matrix), with one more layer's worth for the gradients flowing back,
+        no tokens × tokens matrix; the gradients flowing back reuse what the layers above freed),
         fresh prompts, a share of the chunked forward without gradients, and parameters,
-        gradients and Adam's two moments."""
+        gradients and Adam's two moments. benchmarks/memory.py: 1.15x the measured peak per run."""
         data, rows, _, _ = cls._data_bytes(spec)
         m, p = spec["model"], spec["prompts"]
         W, L, H, F = m["width"], m["layers"], m["heads"], m["width"] * m["ffn_mult"]
         S = cls.tokens_needed(p["N"])
         batch = spec["train"].get("batch_size") or p["train"]
         seqs = 4 * rows * S * spec["tokens"]["d"]
-        step = 4 * batch * S * (L + 1) * (8 * W + 2 * F + H)
+        step = 4 * batch * S * L * (8 * W + 2 * F + H)
         if spec["train"].get("fresh"):
             step += 2 * 4 * p["train"] * (S + 1) * spec["tokens"]["d"]
         return data + seqs + step + 4 * CHUNK_FLOATS // 4 + 4 * 5 * cls.n_params(spec)
