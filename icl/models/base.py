@@ -19,7 +19,6 @@ tables and report jobs never train, and importing torch costs 1-3 s a process.
 """
 from __future__ import annotations
 
-import math
 import zlib
 
 import numpy as np
