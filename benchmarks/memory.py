@@ -6,6 +6,7 @@ the memory of one run in the ensemble is the slope between two shard sizes, so t
 of Python, torch and the prompt cache cancels.
 
     .venv/bin/python benchmarks/memory.py
+    .venv/bin/python benchmarks/memory.py --models gpt32 --sizes 2 6
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ MODELS = {
     "softmax_q": {"name": "m", "kind": "softmax_q", "optimizer": "gd", "lr": 1.0},
     "block32": {"name": "m", "kind": "transformer_block", "optimizer": "adam", "lr": 1e-3, "width": 32},
     "block64": {"name": "m", "kind": "transformer_block", "optimizer": "adam", "lr": 1e-3, "width": 64},
+    "gpt32": {"name": "m", "kind": "gpt", "optimizer": "adam", "lr": 1e-3, "width": 32, "layers": 3, "heads": 2,
+              "positions": 201},
 }
 
 
@@ -63,6 +66,7 @@ def measure(model_key: str, runs: int) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", nargs=2, type=int, default=[6, 30], help="the two shard sizes R")
+    p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     p.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
@@ -71,7 +75,7 @@ def main() -> None:
     r1, r2 = args.sizes
     print(f"{'model':10} {'peak RSS R=' + str(r1):>16} {'peak RSS R=' + str(r2):>16} "
           f"{'measured MB/run':>16} {'estimated MB/run':>17} {'estimate/measured':>18}")
-    for key in MODELS:
+    for key in args.models:
         a, b = measure(key, r1), measure(key, r2)
         per_run = (b["peak_mb"] - a["peak_mb"]) / (r2 - r1)
         print(f"{key:10} {a['peak_mb']:16.0f} {b['peak_mb']:16.0f} {per_run:16.1f} {a['estimate_mb']:17.1f} "

@@ -7,7 +7,12 @@ one thread per process and two processes side by side (what `snakemake --cores 2
   block64         one pre-LN transformer block on full sequences, Adam;
   lsa             ZFB's f(E) = E + W^PV E (E^T W^KQ E)/N on the full prompt matrix, Adam;
   softmax_q_full  (a labelled extra, never the headline) LDL eq. 6 as written, with the full
-                  N x (N+1) score matrix.
+                  N x (N+1) score matrix;
+  gpt             nanoGPT's blocks with Garg et al.'s read-in/out on the interleaved prompt, torch's
+                  fused causal attention, loss at every x position, Adam
+                  (benchmarks/reference_models.py: the module the tests hold the ensemble to);
+  lsa_heads       eight rank-one heads with separate key and query matrices on the full prompt
+                  matrix, f(E) = E + Σ_h W^V_h E (Eᵀ W_K_hᵀ W_Q_h E)/N, Adam (reference_models.py).
 The ensemble is `icl.train.train_shard` with 2 threads, logging everything every epoch
 (log_every 1: train and test loss, attention maps, q_features), setup and data reading included.
 Before anything is timed, each loop and the ensemble start from the same parameters and must give
@@ -15,11 +20,14 @@ the same train-loss curve (max relative difference over 5 epochs below 2e-3).
 
 Workloads: LDL §6 sizes for softmax_q and the block (d=15, K=4, Δ=3, N=100, 300 training and
 1000 test prompts, 6 values of L x S seeds); ZFB for the LSA (Gaussian d=20, N=40, 1000 training
-and 1000 test prompts, 6 x S seeds). The machine's ceilings are measured in the same run:
+and 1000 test prompts, 6 x S seeds, or --runs R); the GPT (3 layers, 2 heads, width 64) on
+Gaussian d=5, N=20, 64 training and 64 test prompts (--runs R); the multi-head LSA on ZFB's data
+(--runs R). The machine's ceilings are measured in the same run:
 float32 matmul GFLOP/s and copy bandwidth GB/s, both with 2 threads.
 
     .venv/bin/python benchmarks/throughput.py                       # all models, S = 30, 400 epochs
     .venv/bin/python benchmarks/throughput.py --models softmax_q --seeds 5 --epochs 50
+    .venv/bin/python benchmarks/throughput.py --models gpt lsa_heads --runs 64 --epochs 20
     .venv/bin/python benchmarks/throughput.py --device cuda        # the ensemble on a GPU
 """
 from __future__ import annotations
@@ -43,24 +51,30 @@ from icl.data import read_dataset, write_dataset
 from icl.models import build
 from icl.plan import plan
 from icl.train import train_shard
+from reference_models import GPTReference, LSAHeadsReference
 
 LS = [0.1, 0.2, 0.4, 1.0, 1.5, 2.0]
 LDL = {"tokens": {"kind": "discrete", "d": 15, "K": 4, "delta": 3.0},
        "task": {"kind": "cosine", "L": 1.0, "c": 0.5}, "prompts": {"N": 100, "train": 300, "test": 1000}}
 ZFB = {"tokens": {"kind": "gaussian", "d": 20}, "task": {"kind": "linear"},
        "prompts": {"N": 40, "train": 1000, "test": 1000}}
+GPT_DATA = {"tokens": {"kind": "gaussian", "d": 5}, "task": {"kind": "linear"}, "prompts": {"N": 20, "train": 64, "test": 64}}
 MODELS = {   # name: (data, model, the loop's module)
     "softmax_q": (LDL, {"name": "m", "kind": "softmax_q", "optimizer": "gd", "lr": 5.0}, "QueryRowSoftmaxQ"),
     "block64": (LDL, {"name": "m", "kind": "transformer_block", "optimizer": "adam", "lr": 1e-3, "width": 64},
                 "BlockModule"),
     "lsa": (ZFB, {"name": "m", "kind": "lsa", "optimizer": "adam", "lr": 1e-2, "init_scale": 0.3}, "LSAModule"),
     "softmax_q_full": (LDL, {"name": "m", "kind": "softmax_q", "optimizer": "gd", "lr": 5.0}, "FullSoftmaxQ"),
+    "gpt": (GPT_DATA, {"name": "m", "kind": "gpt", "optimizer": "adam", "lr": 1e-3, "width": 64, "layers": 3, "heads": 2,
+                       "positions": 81}, "GPTReference"),
+    "lsa_heads": (ZFB, {"name": "m", "kind": "lsa", "optimizer": "adam", "lr": 1e-2, "init_scale": 0.3, "heads": 8,
+                        "separate_kq": True, "rank": 1}, "LSAHeadsReference"),
 }
 
 
-def workload(model_key: str, seeds: int, epochs: int, tmp: str):
+def workload(model_key: str, seeds: int, epochs: int, tmp: str, n_runs: int | None = None):
     data, model, _ = MODELS[model_key]
-    sweep = {"task.L": LS, "seed": list(range(seeds))} if "L" in data["task"] else {"seed": list(range(6 * seeds))}
+    sweep = {"task.L": LS, "seed": list(range(seeds))} if "L" in data["task"] else {"seed": list(range(n_runs or 6 * seeds))}
     cfg = validate({"shard_size": 100000, "memory_budget_mb": 100000, "experiments": {"bench": {
         **data, "models": [model], "sweep": sweep,
         "train": {"epochs": epochs, "log_every": 1, "checkpoint_every": 10**7}}}})
@@ -163,6 +177,11 @@ def loop_module(model_key: str, init: dict, i: int, d: int):
         m.load_from(init, i)
     elif kind == "LSAModule":
         m = LSAModule(init, i)
+    elif kind == "GPTReference":
+        s = MODELS[model_key][1]
+        m = GPTReference(d, s["width"], s["layers"], s["heads"], 4, s["positions"], flash=True).load_from(init, i)
+    elif kind == "LSAHeadsReference":
+        m = LSAHeadsReference(init, i)
     else:
         m = globals()[kind](d)
     return m
@@ -174,6 +193,7 @@ def loop_train(model_key, runs, paths, epochs):
     d = runs[0]["spec"]["tokens"]["d"]
     init = build(spec, d).init([r["spec"]["seed"] for r in runs], [r["spec"]["model"]["name"] for r in runs], "cpu")
     curves = np.zeros((len(runs), epochs))
+    every = spec["kind"] == "gpt" and spec.get("loss", "all") == "all"   # the GPT's loss: every x position
     for i, r in enumerate(runs):
         ds = read_dataset(paths[r["data_id"]])
         x, y = torch.from_numpy(ds["train_x"]), torch.from_numpy(ds["train_y"])
@@ -181,7 +201,7 @@ def loop_train(model_key, runs, paths, epochs):
         opt = (torch.optim.SGD if spec["optimizer"] == "gd" else torch.optim.Adam)(m.parameters(), lr=spec["lr"])
         for e in range(epochs):
             opt.zero_grad()
-            loss = 0.5 * ((m(x, y) - y[:, -1]) ** 2).mean()
+            loss = 0.5 * ((m(x, y) - (y if every else y[:, -1])) ** 2).mean()
             loss.backward()
             opt.step()
             curves[i, e] = loss.item()
@@ -235,8 +255,9 @@ def flops_per_epoch(model_key, path, runs, paths, device) -> float:
         x, y = torch.from_numpy(ds["train_x"]), torch.from_numpy(ds["train_y"])
         init = build(spec, d).init([0], ["m"], "cpu")
         m = loop_module(model_key, init, 0, d)
+        every = spec["kind"] == "gpt"
         with FlopCounterMode(display=False) as fc:
-            (0.5 * ((m(x, y) - y[:, -1]) ** 2).mean()).backward()
+            (0.5 * ((m(x, y) - (y if every else y[:, -1])) ** 2).mean()).backward()
         return fc.get_total_flops() * len(runs)
     from icl.train import load_prompts
     from icl.data import read_datasets
@@ -252,7 +273,7 @@ def flops_per_epoch(model_key, path, runs, paths, device) -> float:
 
 def one(args) -> None:
     torch.set_num_threads(args.threads)
-    runs, paths = workload(args.model, args.seeds, args.epochs, args.data)
+    runs, paths = workload(args.model, args.seeds, args.epochs, args.data, args.runs)
     if args.part is not None:                       # one of the loop's two processes: its half
         runs = runs[args.part::2]
     t = time.perf_counter()
@@ -269,12 +290,14 @@ def one(args) -> None:
                       "gpu_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if args.device == "cuda" else 0.0}))
 
 
-def child(model, path, seeds, args, threads, device, part=None):
+def child(model, path, seeds, args, threads, device, part=None, n_runs=None):
     cmd = [sys.executable, __file__, "--one", "--model", model, "--seeds", str(seeds), "--epochs", str(args.epochs),
            "--log-every", str(getattr(args, "log_every", 1)),
            "--threads", str(threads), "--device", device, "--path", path, "--data", args.data]
     if part is not None:
         cmd += ["--part", str(part)]
+    if n_runs:
+        cmd += ["--runs", str(n_runs)]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 
@@ -298,6 +321,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", nargs="+", default=["softmax_q", "block64", "lsa", "softmax_q_full"], choices=list(MODELS))
     p.add_argument("--seeds", type=int, default=30, help="S: seeds per value of L (6 S runs)")
+    p.add_argument("--runs", type=int, help="runs of the models without L (default 6 S)")
     p.add_argument("--epochs", type=int, default=400, help="epochs per run, as in a real run")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the ensemble trains")
     p.add_argument("--log-every", type=int, default=1,
@@ -329,13 +353,15 @@ def main() -> None:
             print(f"{model:<15} curves equal: max relative difference {err:.2e} ({'ok' if ok else 'MISMATCH'})")
             if not ok:
                 sys.exit(f"{model}: the loop and the ensemble disagree; not timing")
-            workload(model, args.seeds, args.epochs, data)   # the prompt files, once, before the children read them
+            workload(model, args.seeds, args.epochs, data, args.runs)   # the prompt files, once, before the children read them
             loop_seeds = max(1, args.loop_runs // len(LS))
+            loop_runs = args.loop_runs if args.runs else None
             # side by side; each times its own training (not its start-up), the pair takes the longer
-            halves = [result(pr) for pr in [child(model, "loop", loop_seeds, args, 1, "cpu", part) for part in (0, 1)]]
+            halves = [result(pr) for pr in [child(model, "loop", loop_seeds, args, 1, "cpu", part, loop_runs)
+                                            for part in (0, 1)]]
             loop = {"runs": sum(h["runs"] for h in halves), "seconds": max(h["seconds"] for h in halves),
                     "flops": sum(h["flops"] for h in halves), "peak_rss_mb": sum(h["peak_rss_mb"] for h in halves)}
-            ens = result(child(model, "ensemble", args.seeds, args, 2, args.device))
+            ens = result(child(model, "ensemble", args.seeds, args, 2, args.device, n_runs=args.runs))
             base = loop["runs"] * args.epochs / loop["seconds"]
             for path, r in (("loop", loop), ("ensemble", ens)):
                 rate = r["runs"] * args.epochs / r["seconds"]

@@ -133,6 +133,10 @@ def check_experiment(exp: dict, name: str | None = None) -> None:
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise ConfigError(f"{where}.models: duplicate model name {dup[0]!r}; each model needs its own name")
+    from icl.models import MODELS   # local: the models package is only needed here
+    for i, model in enumerate(exp["models"]):
+        for key, problem in MODELS[model["kind"]].check(model, exp):
+            raise ConfigError(f"{where}.models.{i}.{key}: {problem}")
     tr = exp["train"]
     if tr["log_every"] > tr["epochs"]:
         raise ConfigError(f"{where}.train.log_every: {tr['log_every']} is larger than epochs={tr['epochs']}")

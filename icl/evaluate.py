@@ -93,7 +93,7 @@ def evaluate_shard(runs, cache, model, params, active, dev, label="shard", basel
     live = active.cpu().numpy()
     # the trained LSA's own matrix: the theory at it separates formula error (measured vs theory at
     # the learned B) from optimisation error (theory at the learned B vs at the optimum)
-    learned = model.effective(params).double().cpu().numpy() if model.kind == "lsa" else None
+    learned = model.effective(params).double().cpu().numpy() if model.linear_attention else None
     nan2 = (np.nan, np.nan)
     for ci, (kind, c) in enumerate(cells(ev)):
         for li, M in enumerate(ev["lengths"]):

@@ -86,7 +86,8 @@ TEXT = pa.dictionary(pa.int32(), pa.string())      # run ids, metric and matrix 
 LONG_SCHEMAS = {   # the long tables, written shard by shard (DESIGN §5)
     "curves": pa.schema([("run_id", TEXT), ("epoch", pa.int64()), ("metric", TEXT), ("value", pa.float64())]),
     "attention": pa.schema([("run_id", TEXT), ("epoch", pa.int64()), ("query_feature", pa.int64()),
-                            ("key_feature", pa.int64()), ("attn", pa.float64())]),
+                            ("key_feature", pa.int64()), ("attn", pa.float64()), ("layer", pa.int64()),
+                            ("head", pa.int64())]),
     "matrices": pa.schema([("run_id", TEXT), ("epoch", pa.int64()), ("name", TEXT), ("i", pa.int64()),
                            ("j", pa.int64()), ("value", pa.float64())]),
 }

@@ -145,6 +145,12 @@ def phase_counts(loss: np.ndarray, attn: np.ndarray, epochs: np.ndarray, ref: np
     return out
 
 
+def last_layer_map(attn: np.ndarray) -> np.ndarray:
+    """attn (R, E, K, K), or (R, E, layers, heads, K, K): the map attn_own reads, the last layer's
+    averaged over its heads."""
+    return attn[:, :, -1].mean(2) if attn.ndim == 6 else attn
+
+
 def summary_table(sh: dict) -> pd.DataFrame:
     """One summary row per run of a shard: losses, what needs no training, crossing times and the
     own attention there, phases, the end of Phase I, attention, memorisation and logit dynamics."""
@@ -188,7 +194,8 @@ def summary_table(sh: dict) -> pd.DataFrame:
     summ["attn_off_final"] = np.nan
     summ["attn_off_oscillates"] = pd.array([None] * R, dtype="boolean")
     if K:
-        off = (sh["attn"].sum(axis=(2, 3)) - np.trace(sh["attn"], axis1=2, axis2=3)) / (K * (K - 1))
+        amap = last_layer_map(sh["attn"])
+        off = (amap.sum(axis=(2, 3)) - np.trace(amap, axis1=2, axis2=3)) / (K * (K - 1))
         summ["attn_off_final"] = off[:, -1]
         # oscillation: the mean off-diagonal attention turns from falling to rising at least once
         d = np.diff(off, axis=1)

@@ -9,6 +9,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+from icl import models
 from icl.config import check_experiment
 from icl.errors import ConfigError
 from icl.sweep import expand, sweep_keys
@@ -57,31 +58,15 @@ def shape_key(spec: dict) -> dict:
 
 def run_bytes(spec: dict) -> int:
     """Peak memory of one run inside a training ensemble, an upper bound with some slack
-    (benchmarks/memory.py measures it against the real peak: 1.2x at the paper's sizes).
-    Evaluation under shift is a step of its own, budgeted by eval_bytes."""
-    p, tok = spec["prompts"], spec["tokens"]
-    n_tok, rows = p["N"] + 1, p["train"] + p["test"]
-    tok_bytes = 4 * n_tok * (tok["d"] + 2)                      # one prompt, float32
-    data = 2 * rows * tok_bytes                                  # as read, and stacked for the ensemble
-    batch = spec["train"].get("batch_size") or p["train"]
-    eval_rows = max(batch, min(p["test"], 4096))
-    if spec["model"]["kind"] == "transformer_block":
-        # token features of train and test (cached), temporaries and saved tensors of a pass,
-        # and the per-query width vectors
-        act = rows * tok_bytes + 4 * eval_rows * tok_bytes + 4 * eval_rows * spec["model"]["width"] * 16
-    else:
-        act = eval_rows * tok_bytes                              # scores and the broadcast in the einsums
-    return data + act
+    (benchmarks/memory.py measures it against the real peak: 1.2x at the paper's sizes): the
+    model kind's own estimate (Model.train_bytes). Evaluation under shift is a step of its own,
+    budgeted by eval_bytes."""
+    return models.MODELS[spec["model"]["kind"]].train_bytes(spec)
 
 
 def eval_bytes(spec: dict) -> int:
-    """Rough peak memory of evaluating one run on its largest cell: the prompts in float64 (numpy)
-    and float32 (torch), the baselines' per-prompt d×d systems and the forward pass."""
-    ev, d = spec["evaluate"], spec["tokens"]["d"]
-    P, n_tok = ev["prompts"], max(ev["lengths"]) + 1
-    data = P * n_tok * (d + 1) * (8 + 4) + P * d * d * 8 * 4
-    width = spec["model"].get("width", 1) if spec["model"]["kind"] == "transformer_block" else 1
-    return data + 4 * P * n_tok * (d + 2 + 2 * width)
+    """Rough peak memory of evaluating one run on its largest cell (Model.eval_bytes)."""
+    return models.MODELS[spec["model"]["kind"]].eval_bytes(spec)
 
 
 def experiment_json(cfg: dict, name: str) -> str:

@@ -23,7 +23,7 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 from jinja2 import Environment, FileSystemLoader, select_autoescape  # noqa: E402
 
-from icl import claims, report_ldl, report_zfb, tasks  # noqa: E402
+from icl import claims, report_heads, report_ldl, report_zfb, tasks  # noqa: E402
 from icl.figures import QUALITATIVE, Figure, draw_all, later, palette, png  # noqa: E402
 from icl.files import atomic_path  # noqa: E402
 from icl.io import read_parquet  # noqa: E402
@@ -167,10 +167,16 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
     maps = []
     if len(attn):
         epochs_all = sorted(attn["epoch"].unique().tolist())
+        heads = report_heads.has_heads(attn)            # several layers or heads: the last layer's mean here
+        mean = report_heads.last_layer(attn)
         for K, rk, L in drawn:
             tag = f", K={K}" if len(Ks) > 1 else ""
-            figs.append(later(attention_scores_figure, attn, rk, L, int(K), tag))
-            maps.append(later(attention_maps_figure, attn, rk, L, epochs_all, tag))
+            which = tag + (" (last layer, mean of its heads)" if heads else "")
+            figs.append(later(attention_scores_figure, mean, rk, L, int(K), which))
+            maps.append(later(attention_maps_figure, mean, rk, L, epochs_all, which))
+            if heads:
+                maps += [later(report_heads.head_maps_figure, attn, rk, L, tag),
+                         later(report_heads.own_by_head_figure, attn, rk, L, tag)]
     if n_div:
         how += f"; {n_div} diverged run(s) left out of these figures (listed above)"
     if not ldl:
@@ -227,8 +233,9 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
     zfb = None
     if len(tabs["shift"]):
         clean = report_zfb._lsa_rows(tabs)
-        zfb = {"figures": [later(report_zfb.error_vs_length_figure, clean), later(report_zfb.matrix_figure, tabs),
-                           later(report_zfb.slope_figure, clean)],
+        zfb = {"figures": [*(later(report_zfb.error_vs_length_figure, rows, law)
+                             for law, rows in report_zfb.training_laws(tabs, clean)),
+                           later(report_zfb.matrix_figure, tabs), later(report_zfb.slope_figure, clean)],
                "notes": report_zfb.SOURCE_NOTES,
                "predictors": report_zfb.predictor_table(clean)}
     runs = tabs["runs"]

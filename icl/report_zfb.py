@@ -7,6 +7,7 @@ import pandas as pd
 import matplotlib.pyplot as plt
 import seaborn as sns
 
+from icl import models
 from icl.figures import QUALITATIVE, Figure, palette, png
 from icl.claims.zfb import healthy_shift
 
@@ -29,14 +30,39 @@ def _cell(df, kind, c):
     return df[(df["shift"] == kind) & ((df["c"] == c) | (df["c"].isna() & pd.isna(c)))]
 
 
-def error_vs_length_figure(shift: pd.DataFrame) -> Figure:
-    """MSE against test length M, one panel per shift; LSA per training N, its limit dashed."""
+def kinds(trait: str) -> set[str]:
+    """The model kinds that are what `trait` says (a class attribute of icl.models.Model:
+    linear_attention, nonlinear)."""
+    return {k for k, m in models.MODELS.items() if getattr(m, trait)}
+
+
+def training_laws(tabs, shift: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """shift rows by the training prompts' token law, where an experiment trains on several (e.g. a
+    fixed and a random covariance): a trained run's rows by its run, a baseline's by its evaluation
+    prompts (eval_id), which the trained runs of that law share. One group, unlabelled, otherwise."""
+    runs = tabs["runs"]
+    law = runs["token_kind"].astype(str) + runs["covariance"].map(lambda c: f" ({c})" if isinstance(c, str) else "")
+    if law.nunique() <= 1:
+        return [("", shift)]
+    of_run = dict(zip(runs["run_id"], law))
+    trained = shift[shift["run_id"].notna()]
+    of_eval = dict(zip(trained["eval_id"], trained["run_id"].map(of_run)))
+    where = shift["run_id"].map(of_run).fillna(shift["eval_id"].map(of_eval))
+    return [(f"trained on {name}", shift[where == name]) for name in sorted(where.dropna().unique())]
+
+
+def error_vs_length_figure(shift: pd.DataFrame, title: str = "") -> Figure:
+    """MSE against test length M, one panel per shift; LSA per training N, its limit dashed; the
+    other trained models (every kind that is not linear attention, one colour per model) at the
+    largest N."""
     cells = _cells(shift)
     ncol = min(2, len(cells))      # two panels a row: legible at the page's width, without zooming
     nrow = -(-len(cells) // ncol)
     fig, axes = plt.subplots(nrow, ncol, figsize=(5.2 * ncol, 3.4 * nrow), squeeze=False)
     Ns = sorted(shift["N"].dropna().unique())
     pal = palette(Ns)
+    beyond = shift["model_kind"].isin(models.MODELS.keys() - kinds("linear_attention"))
+    others_names = sorted(shift.loc[beyond, "predictor"].unique())
     for ax, (kind, c) in zip(axes.ravel(), cells):
         d = _cell(shift, kind, c)
         for N in Ns:
@@ -51,7 +77,7 @@ def error_vs_length_figure(shift: pd.DataFrame) -> Figure:
             if len(g):
                 ax.plot(g.index, g.values.clip(floor), ":", color=color,
                         label=pred + (" (exact for M ≥ d: drawn at the axis floor)" if pred == "ols" else ""))
-        for pred, color in (("block", QUALITATIVE[3]), ("softmax_q", QUALITATIVE[4])):
+        for pred, color in zip(others_names, QUALITATIVE[3:] + QUALITATIVE[:3]):
             g = d[(d["predictor"] == pred) & (d["N"] == (Ns[-1] if Ns else None))].groupby("M")["mse"].median()
             if len(g):
                 ax.plot(g.index, g.values, "-.", color=color, label=f"{pred}, N={Ns[-1]}")
@@ -71,6 +97,8 @@ def error_vs_length_figure(shift: pd.DataFrame) -> Figure:
             handles.setdefault(lab, h)
     fig.set_layout_engine("tight", rect=(0, 0.9 / (3.4 * nrow + 0.9), 1, 1))   # room for the shared legend
     fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=3, fontsize=9, frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=11)
     return png(fig)
 
 
@@ -87,7 +115,7 @@ def predictor_table(shift: pd.DataFrame) -> str:
 
 def matrix_figure(tabs) -> Figure | None:
     gone = set(tabs["summary"].loc[tabs["summary"]["diverged"], "run_id"])
-    runs = tabs["runs"][(tabs["runs"]["model_kind"] == "lsa") & ~tabs["runs"]["run_id"].isin(gone)]
+    runs = tabs["runs"][tabs["runs"]["model_kind"].isin(kinds("linear_attention")) & ~tabs["runs"]["run_id"].isin(gone)]
     if runs.empty:
         return None
     th = tabs["theory"].set_index("run_id")

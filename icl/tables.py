@@ -13,29 +13,30 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from icl import models
 from icl.files import atomic_path
 from icl.io import (LONG_SCHEMAS, SHIFT_KEY, coded, empty_shift, long_writer, provenance_metadata, read_parquet,
                     read_shard, write_parquet)
-from icl.measures import summary_table
+from icl.measures import last_layer_map, summary_table
 from icl.parallel import Forked
 from icl.provenance import code_version, stamp
 
 
 def run_row(run: dict) -> dict:
-    """One row of runs.parquet: every parameter of the run by its leaf name."""
+    """One row of runs.parquet: every parameter of the run by its leaf name; the model settings'
+    columns are every kind's (icl.models.setting_columns), None where the run's kind has none."""
     s = run["spec"]
     tok, task, pr, model, tr = s["tokens"], s["task"], s["prompts"], s["model"], s["train"]
     row = {
         "run_id": run["run_id"], "shard": run["shard"], "data_id": run["data_id"],
         "model": model["name"], "model_kind": model["kind"], "optimizer": model["optimizer"],
-        "lr": float(model["lr"]), "width": model.get("width"), "seed": int(s["seed"]),
+        "lr": float(model["lr"]), **models.columns(s), "seed": int(s["seed"]),
         "token_kind": tok["kind"], "d": tok["d"], "K": tok.get("K"), "delta": tok.get("delta"),
         "noise": tok.get("noise"), "features": tok.get("features"),
         "probs": json.dumps(tok["probs"]) if tok.get("probs") is not None else None,
         "covariance": (tok["covariance"] if isinstance(tok.get("covariance"), str) else json.dumps(tok["covariance"]))
         if "covariance" in tok else None,
-        "scale": tok.get("scale"), "init_scale": model.get("init_scale"), "init_noise": model.get("init_noise"),
-        "ffn_mult": model.get("ffn_mult"), "fresh": bool(tr.get("fresh", False)),
+        "scale": tok.get("scale"), "fresh": bool(tr.get("fresh", False)),
         "task_kind": task["kind"], "L": task.get("L"), "c": task.get("c"),
         "N": pr["N"], "M": pr["train"], "n_test": pr["test"],
         "epochs": tr["epochs"], "log_every": tr["log_every"], "batch_size": tr.get("batch_size"),
@@ -45,9 +46,8 @@ def run_row(run: dict) -> dict:
 
 def runs_table(runs: list[dict], experiment: str, config_hash: str) -> pd.DataFrame:
     df = pd.DataFrame([run_row(r) for r in runs])
-    for col, dtype in {"width": "Int64", "K": "Int64", "batch_size": "Int64", "ffn_mult": "Int64",
-                       "delta": "Float64", "noise": "Float64", "L": "Float64", "c": "Float64", "scale": "Float64",
-                       "init_scale": "Float64", "init_noise": "Float64"}.items():
+    for col, dtype in {"K": "Int64", "batch_size": "Int64", "delta": "Float64", "noise": "Float64", "L": "Float64",
+                       "c": "Float64", "scale": "Float64", **models.setting_columns()}.items():
         df[col] = df[col].astype(dtype)
     df.insert(1, "experiment", experiment)
     df["config_hash"] = config_hash
@@ -60,30 +60,43 @@ def _grid(shape: tuple[int, ...]) -> list[np.ndarray]:
     return [g.ravel() for g in np.meshgrid(*(np.arange(n) for n in shape), indexing="ij", copy=False)]
 
 
+LOGGED_EXCEPT = ("run_id", "epoch", "diverged_at", "seconds", "device", "device_name", "threads", "code_version",
+                 "code_hash", "uniform_train_loss", "uniform_test_loss", "oracle_test_loss", "tokens_K", "prompts_N")
+
+
+def logged(sh: dict) -> dict:
+    """The logged arrays of a shard, (runs, logged epochs, ...) each, in the order they were logged:
+    everything but the parameters (param_*), the every-epoch trace (trace_*) and the bookkeeping."""
+    return {k: v for k, v in sh.items() if k not in LOGGED_EXCEPT and not k.startswith(("param_", "trace_"))}
+
+
 def long_tables(sh: dict) -> dict[str, pa.Table]:
-    """curves / attention / matrices rows of one shard's arrays, as Arrow tables."""
+    """curves / attention / matrices rows of one shard's arrays, as Arrow tables. What a model logs
+    decides where it goes: a number per run and epoch is a curve (metric = its name), `attn` the
+    attention maps (per layer and head where it has them; layer 0, head 0 otherwise), any other
+    matrix a matrix (name = its name)."""
     rid, ep = sh["run_id"].astype(str), sh["epoch"]
     R, E = len(rid), len(ep)
     r, e = _grid((R, E))
-    curves = [pa.table([coded(rid, r), ep[e], coded([metric], np.zeros(R * E)), sh[metric].ravel()],
+    logs = logged(sh)
+    attn = logs.pop("attn")
+    curves = [pa.table([coded(rid, r), ep[e], coded([metric], np.zeros(R * E)), arr.ravel()],
                        schema=LONG_SCHEMAS["curves"])
-              for metric in ("train_loss", "test_loss", "attn_own", "attn_entropy", "attn_knn", "dist_target")
-              if metric in sh and not (metric == "attn_own" and sh["attn"].shape[-1] == 0)
-              and not np.isnan(sh[metric]).all()]
-    # attn[r, e, k, j]: key feature k, query feature j
-    r, e, k, j = _grid(sh["attn"].shape)
+              for metric, arr in logs.items()
+              if arr.ndim == 2 and not (metric == "attn_own" and attn.shape[-1] == 0) and not np.isnan(arr).all()]
+    # attn[r, e, (layer, head,) k, j]: key feature k, query feature j
+    shape = attn.shape if attn.ndim == 6 else (R, E, 1, 1, *attn.shape[2:])
+    r, e, layer, head, k, j = _grid(shape)
     out = {"curves": pa.concat_tables(curves),
-           "attention": pa.table([coded(rid, r), ep[e], j, k, sh["attn"].ravel()], schema=LONG_SCHEMAS["attention"])}
+           "attention": pa.table([coded(rid, r), ep[e], j, k, attn.ravel(), layer, head], schema=LONG_SCHEMAS["attention"])}
     mats = []
-    for name in ("q_features", "effective"):
-        arr = sh.get(name)
-        if arr is not None and arr.size:
+    for name, arr in logs.items():
+        if arr.ndim == 4 and arr.size:
             r, e, i, j = _grid(arr.shape)
             mats.append(pa.table([coded(rid, r), ep[e], coded([name], np.zeros(arr.size)), i, j, arr.ravel()],
                                  schema=LONG_SCHEMAS["matrices"]))
     out["matrices"] = pa.concat_tables(mats) if mats else LONG_SCHEMAS["matrices"].empty_table()
     return out
-
 
 def shard_summary(path: str) -> pd.DataFrame:
     return summary_table(read_shard(path))

@@ -64,3 +64,65 @@ def test_attention_summary_figure_only_for_continuous_tokens():
     assert len(discrete["figures"]) == 1 and not discrete["maps"]         # the loss by N only
     assert len(continuous["figures"]) == 2                                # loss, attention summaries
     assert read == []                                                     # no attention rows to draw: none read
+
+
+def _attention(layers, heads, K=3, epochs=(0, 5)):
+    """attention.parquet rows of two runs: head h of layer l puts 0.5 + 0.1·h on the own feature."""
+    rows = []
+    for r in ("a", "b"):
+        for e in epochs:
+            for l in range(layers):
+                for h in range(heads):
+                    for j in range(K):
+                        for k in range(K):
+                            own = 0.5 + 0.1 * h
+                            rows.append({"run_id": r, "epoch": e, "query_feature": j, "key_feature": k,
+                                         "attn": own if j == k else (1 - own) / (K - 1), "layer": l, "head": h})
+    return pd.DataFrame(rows)
+
+
+def test_heads_figures_and_the_last_layer_mean():
+    """A model with several heads: the LDL figures read the last layer's mean over its heads (a
+    one-head table reads as it is), and each head is drawn on its own."""
+    from icl import report_heads
+    attn = _attention(2, 3)
+    assert report_heads.has_heads(attn) and not report_heads.has_heads(_attention(1, 1))
+    mean = report_heads.last_layer(attn)
+    assert set(mean.columns) == {"run_id", "epoch", "query_feature", "key_feature", "attn"}
+    own = mean[mean["query_feature"] == mean["key_feature"]]["attn"]
+    np.testing.assert_allclose(own, 0.6)                                # (0.5 + 0.6 + 0.7) / 3
+    np.testing.assert_allclose(mean.groupby(["run_id", "epoch", "query_feature"])["attn"].sum(), 1.0)
+    single = _attention(1, 1)
+    pd.testing.assert_frame_equal(report_heads.last_layer(single), single.drop(columns=["layer", "head"]))
+    runs = pd.DataFrame({"run_id": ["a", "b"], "L": [0.2, 0.2]})
+    maps, own_fig = later(report_heads.head_maps_figure, attn, runs, 0.2), later(report_heads.own_by_head_figure, attn, runs, 0.2)
+    draw_all([maps, own_fig], processes=1)
+    drawn = pd.read_csv(io.StringIO(base64.b64decode(own_fig.csv).decode()))
+    assert set(drawn["series"]) == {"head 1", "head 2", "head 3"} and drawn["panel"].nunique() == 2   # a panel per layer
+    np.testing.assert_allclose(sorted(drawn["y"].unique()), [0.5, 0.6, 0.7])
+    assert maps and not plt.get_fignums()
+
+
+def test_zfb_figure_draws_models_by_kind_and_splits_training_laws():
+    """The error figure draws every trained model that is not linear attention (whatever its
+    configured name), and one figure per training law when an experiment trains on several."""
+    from icl import report_zfb
+    rows = []
+    for law, eval_id in (("gaussian", "e1"), ("random_covariance", "e2")):
+        for name, kind in (("my_gpt", "gpt"), ("lsa", "lsa"), ("ols", "baseline")):
+            for M in (5, 10, 20):
+                rows.append({"predictor": name, "model_kind": kind, "run_id": None if kind == "baseline" else f"{name}-{law}",
+                             "eval_id": eval_id, "N": 10 if kind != "baseline" else np.nan, "shift": "none", "c": np.nan,
+                             "M": M, "mse": 1.0 / M + (law == "gaussian")})
+    shift = pd.DataFrame(rows).astype({"N": "Int64"})
+    runs = pd.DataFrame({"run_id": [f"{n}-{law}" for law in ("gaussian", "random_covariance") for n in ("my_gpt", "lsa")],
+                         "token_kind": ["gaussian", "gaussian", "random_covariance", "random_covariance"],
+                         "covariance": ["identity", "identity", None, None]})
+    laws = report_zfb.training_laws({"runs": runs}, shift)
+    assert [name for name, _ in laws] == ["trained on gaussian (identity)", "trained on random_covariance"]
+    assert all(len(part) == 9 and part["eval_id"].nunique() == 1 for _, part in laws)
+    fig = later(report_zfb.error_vs_length_figure, laws[0][1], laws[0][0])
+    draw_all([fig], processes=1)
+    drawn = pd.read_csv(io.StringIO(base64.b64decode(fig.csv).decode()))
+    assert "my_gpt, N=10" in set(drawn["series"])
+    assert report_zfb.training_laws({"runs": runs[runs["token_kind"] == "gaussian"]}, shift)[0][0] == ""

@@ -16,7 +16,7 @@ DESIGN_COLUMNS = {
     "runs": ["run_id", "shard", "model", "model_kind", "optimizer", "lr", "seed", "token_kind", "task_kind",
              "d", "K", "delta", "N", "M", "L", "c", "epochs"],
     "curves": ["run_id", "epoch", "metric", "value"],
-    "attention": ["run_id", "epoch", "query_feature", "key_feature", "attn"],
+    "attention": ["run_id", "epoch", "query_feature", "key_feature", "attn", "layer", "head"],
     "matrices": ["run_id", "epoch", "name", "i", "j", "value"],
     "summary": ["run_id", "loss0", "final_train_loss", "final_test_loss", "attn_own_final", "diverged",
                 "t_rel_1e-1", "t_rel_1e-2", "t_rel_1e-3", "n_phases", "phase_ends"],

@@ -1,0 +1,80 @@
+"""Attention of models with several layers and heads (attention.parquet's `layer` and `head`): the
+maps of the last layer's heads, and every head's attention to the query's own feature over
+training. The LDL figures of the report read the last layer averaged over its heads (what
+attn_own is), so they mean the same for a one-head model and a deep one."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from icl.figures import Figure, palette, png
+
+KEYS = ["run_id", "epoch", "query_feature", "key_feature"]
+
+
+def has_heads(attn: pd.DataFrame) -> bool:
+    """Rows of more than one (layer, head): a model whose heads are drawn one by one."""
+    return "layer" in attn and len(attn[["layer", "head"]].drop_duplicates()) > 1
+
+
+def last_layer(attn: pd.DataFrame) -> pd.DataFrame:
+    """The last layer's map averaged over its heads, in the single-map columns (tables written
+    before attention.parquet had layer and head read as they are)."""
+    if "layer" not in attn or attn.empty:
+        return attn
+    top = attn[attn["layer"] == attn["layer"].max()]
+    if top["head"].nunique() == 1:
+        return top.drop(columns=["layer", "head"])
+    return top.groupby(KEYS, as_index=False, sort=False)["attn"].mean()
+
+
+def head_maps_figure(attn, runs, L, tag: str = "") -> Figure | None:
+    """The K×K map Attn[i, j] of every head of the last layer at the last logged epoch (mean over seeds)."""
+    ids = runs.loc[runs["L"] == L, "run_id"]
+    df = attn[attn["run_id"].isin(ids) & (attn["layer"] == attn["layer"].max())]
+    df = df[df["epoch"] == df["epoch"].max()]
+    heads = sorted(df["head"].unique())
+    if not heads:
+        return None
+    fig, axes = plt.subplots(1, len(heads), figsize=(2.3 * len(heads), 2.4), squeeze=False)
+    for n, (ax, h) in enumerate(zip(axes[0], heads)):
+        m = df[df["head"] == h].groupby(["key_feature", "query_feature"])["attn"].mean().unstack()
+        ax.imshow(m.to_numpy(), vmin=0, vmax=1, cmap="Blues")
+        for (i, j), v in np.ndenumerate(m.to_numpy()):
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v > 0.6 else "black")
+        ax.set_title(f"head {h + 1}", fontsize=9)
+        ax.set_xlabel("query feature j")
+        ax.set_ylabel("key feature i" if n == 0 else "")
+        ax.set_xticks(range(m.shape[1]), [str(int(c) + 1) for c in m.columns])
+        ax.set_yticks(range(m.shape[0]), [str(int(r) + 1) for r in m.index])
+    layer = int(attn["layer"].max()) + 1
+    fig.suptitle(f"last layer ({layer}): each head's map at epoch {int(df['epoch'].max())}, L={L:g}{tag}", fontsize=10)
+    fig.set_layout_engine("tight")
+    return png(fig)
+
+
+def own_by_head_figure(attn, runs, L, tag: str = "") -> Figure | None:
+    """Attention to the query's own feature (the map's diagonal, averaged over query features) of
+    every head of every layer over training, median over seeds; one panel per layer."""
+    ids = runs.loc[runs["L"] == L, "run_id"]
+    df = attn[attn["run_id"].isin(ids) & (attn["query_feature"] == attn["key_feature"])]
+    if df.empty:
+        return None
+    own = df.groupby(["run_id", "epoch", "layer", "head"], as_index=False)["attn"].mean()
+    layers = sorted(own["layer"].unique())
+    heads = sorted(own["head"].unique())
+    colours = palette(heads)
+    fig, axes = plt.subplots(1, len(layers), figsize=(3.2 * len(layers), 2.8), squeeze=False, sharey=True)
+    for ax, layer in zip(axes[0], layers):
+        for h in heads:
+            g = own[(own["layer"] == layer) & (own["head"] == h)].groupby("epoch")["attn"].median()
+            ax.plot(g.index, g.values, color=colours[float(h)], lw=1.4, label=f"head {h + 1}")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_title(f"layer {layer + 1}", fontsize=9)
+        ax.set_xlabel("epoch")
+    axes[0][0].set_ylabel("attention to own feature")
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle(f"own-feature attention of every head (median over seeds), L={L:g}{tag}", fontsize=10)
+    fig.set_layout_engine("tight")
+    return png(fig)
