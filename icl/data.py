@@ -11,13 +11,17 @@ import os
 import numpy as np
 
 from icl.files import atomic_path
-from icl.plan import data_spec
 from icl.tasks import sample_labels   # each task family draws its own labels (icl/tasks.py)
 
 STREAM_FEATURES, STREAM_TRAIN, STREAM_TEST = 0, 1, 2
 STREAM_EVAL = 100_000        # + cell index: evaluation prompts under shift (icl.evaluate)
 STREAM_FRESH = 1_000_000     # + epoch: fresh training prompts
 STREAM_ROTATION = 3          # the eigenvectors of a rotated gaussian covariance (seed: rotation_seed)
+
+
+def data_spec(spec: dict) -> dict:
+    """What a prompt file depends on: models trained on the same data share it."""
+    return {k: spec[k] for k in ("tokens", "task", "prompts", "seed")}
 
 
 def rng(seed: int, stream: int) -> np.random.Generator:

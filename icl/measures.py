@@ -8,6 +8,8 @@ shards written before the trace existed fall back to the logged epochs. The clai
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 
@@ -74,7 +76,8 @@ def logit_dynamics(q: np.ndarray) -> dict:
     excess = np.where(net > 1e-12 * (path + 1e-30), path / np.where(net > 0, net, 1.0) - 1.0, np.nan)
     own_inc = np.diff(q, axis=1)[:, :, eye]                        # (R, E-1, K)
     drop = np.where(own_rise > 0, np.clip(-own_inc, 0, None).max(1) / np.where(own_rise > 0, own_rise, 1.0), np.nan)
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)      # runs whose logits never moved: NaN, said so
         return {"qoff_rate": rate, "qoff_fell": (change < 0).mean(1), "qoff_oscillates": flips.mean(1),
                 "qoff_path_excess": np.nanmedian(np.where(np.isfinite(excess), excess, np.nan), axis=1)
                 if excess.size else np.full(R, np.nan),

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from icl import models
 from icl.config import check_experiment
+from icl.data import data_spec
 from icl.errors import ConfigError
 from icl.sweep import expand, sweep_keys
 
@@ -30,11 +31,6 @@ class Run:
     @property
     def data_spec(self) -> dict:
         return data_spec(self.spec)
-
-
-def data_spec(spec: dict) -> dict:
-    """What a prompt file depends on: models trained on the same data share it."""
-    return {k: spec[k] for k in ("tokens", "task", "prompts", "seed")}
 
 
 def identity(spec: dict) -> dict:
