@@ -164,8 +164,8 @@ def summary_table(sh: dict) -> pd.DataFrame:
     t_ep = np.arange(tl.shape[1]) if traced else ep
     own = sh["trace_attn_own"] if traced and "trace_attn_own" in sh else \
         (sh["attn_own"] if K else np.full(tl.shape, np.nan))
-    loss0 = tl[:, 0]
-    ratio = tl / loss0[:, None]
+    loss0 = sh["train_loss"][:, 0]           # the logged loss: on the same prompts as final_train_loss
+    ratio = tl / tl[:, :1]                   # the trace against its own start (fresh prompts: each epoch's own)
     summ = pd.DataFrame({
         "run_id": rid, "loss0": loss0, "final_train_loss": sh["train_loss"][:, -1],
         "final_test_loss": sh["test_loss"][:, -1],
@@ -190,7 +190,8 @@ def summary_table(sh: dict) -> pd.DataFrame:
     summ["n_phases"] = pd.array([f.n if f else None for f in found], dtype="Int64")
     summ["phase_ends"] = pd.Series([list(f.ends) if f else [] for f in found], dtype="object")
     summ["late_exponent"] = late_exponent(tl, t_ep)
-    summ["memorises"] = memorises(sh["train_loss"], sh["test_loss"])
+    # fresh prompts every epoch cannot be memorised: what looks like it there is the batches' noise
+    summ["memorises"] = False if bool(sh.get("train_fresh", False)) else memorises(sh["train_loss"], sh["test_loss"])
     summ["test_loss0"] = sh["test_loss"][:, 0]
     summ["attn_knn_final"] = sh["attn_knn"][:, -1] if "attn_knn" in sh else np.nan
     summ["dist_target_final"] = sh["dist_target"][:, -1] if "dist_target" in sh else np.nan

@@ -265,6 +265,7 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
         verdict_groups=[(m, g[g["scope"] == "setting"].to_dict("records"), _common_domain(g),
                          g[g["scope"] == "run"].to_dict("records")) for m, g in verdicts.groupby("model", sort=False)],
         summary=summ.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="—", classes="tbl"),
+        regimes_table=report_ldl.regimes_by_model_table(tabs) if ldl else "",
         diverged=summ[summ["diverged"]].to_dict("records"),
         n_runs=len(runs), n_shards=len(shards),
         train_seconds=sum(s["seconds"] for s in shards), devices=devices,

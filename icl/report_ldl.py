@@ -140,3 +140,28 @@ def phase_diagram_figure(df, K, N, tcol, tag="") -> Figure | None:
         ax.set_title(title + tag)
         ax.legend(fontsize=7, loc="upper right")
     return png(fig)
+
+
+def regimes_by_model_table(tabs) -> str:
+    """Flat against sharp for every model of the experiment side by side (HTML): per model (and its
+    layers and heads, where it has them) and regime, the median time to a tenth of the initial
+    loss, the median number of phases, the final own attention and how many runs reached
+    uniform attention's 10⁻² — so a reader sees whether the flat/sharp difference persists from
+    softmax_q to a block to deeper and multi-head models (LDL's reviewers' question). The
+    regimes are theory.parquet's split; diverged runs left out."""
+    df = _runs(tabs)
+    if "regime" not in df or df["regime"].isna().all() or df["model"].nunique() < 2:
+        return ""
+    conv = df["final_train_loss"] <= 1e-2 * df.get("uniform_train_loss", df["loss0"]).fillna(df["loss0"])
+    df = df.assign(converged=conv)
+    keys = ["model", "model_kind"] + [c for c in ("layers", "heads") if c in df and df[c].notna().any()]
+    g = df.groupby(keys + ["regime"], dropna=False, sort=False)
+    t = pd.DataFrame({"runs": g.size(), "t_rel_1e-1 (median)": g["t_rel_1e-1"].median(),
+                      "phases (median)": g["n_phases"].median(), "final Attn_own (median)": g["attn_own_final"].median(),
+                      "converged": g["converged"].sum()}).unstack("regime")
+    t.columns = [f"{what}, {reg}" for what, reg in t.columns]
+    t = t.reset_index()
+    for c in t.columns:
+        if isinstance(t[c].dtype, (pd.Int64Dtype, pd.Float64Dtype)):
+            t[c] = t[c].astype("float64")
+    return t.to_html(index=False, float_format=lambda v: f"{v:.3g}", na_rep="—", classes="tbl")

@@ -61,7 +61,7 @@ def _grid(shape: tuple[int, ...]) -> list[np.ndarray]:
 
 
 LOGGED_EXCEPT = ("run_id", "epoch", "diverged_at", "seconds", "device", "device_name", "threads", "code_version",
-                 "code_hash", "uniform_train_loss", "uniform_test_loss", "oracle_test_loss", "tokens_K", "prompts_N")
+                 "code_hash", "uniform_train_loss", "uniform_test_loss", "oracle_test_loss", "tokens_K", "prompts_N", "train_fresh")
 
 
 def logged(sh: dict) -> dict:

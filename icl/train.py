@@ -258,6 +258,7 @@ class ShardTraining:
             **{f"trace_{k}": v for k, v in self.trace.arrays.items()},
             **reference_losses(self.runs, self.cache),
             "tokens_K": np.asarray(self.model.K or 0), "prompts_N": np.asarray(self.runs[0]["spec"]["prompts"]["N"]),
+            "train_fresh": np.asarray(bool(self.tr.get("fresh"))),
             **{f"param_{k}": v.detach().cpu().numpy() for k, v in self.params.items()},
         }
 

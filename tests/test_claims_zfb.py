@@ -117,12 +117,15 @@ class Exp:
                     self._row(name, kind, rid, N, seed, shift, c, M, predict(x, y, M, N, c, self.rng), y)
         return self
 
-    def ols(self):
+    def ols(self, names=("ols", "uniform_attention")):
+        """The baselines as evaluate writes them (OLS; uniform attention, the mean of the context labels)."""
         for N in self.Ns[:1]:
             for seed in self.seeds:
                 for shift, c, M, x, y in self.prompts(N, seed):
-                    self._row("ols", "baseline", None, N, seed, shift, c, M, predict_all(x, y, 0.1)["ols"], y)
-                    self.cells[-1]["N"] = np.nan
+                    preds = predict_all(x, y, 0.1)
+                    for name in names:
+                        self._row(name, "baseline", None, N, seed, shift, c, M, preds[name], y)
+                        self.cells[-1]["N"] = np.nan
         return self
 
     def tabs(self):
@@ -171,6 +174,12 @@ def spiky(base, spike, scale_with_c=0.0):
                 * rng.standard_normal(p.shape)
         return p
     return f
+
+
+def plateau(noise=0.3):
+    """A GPT still on its plateau, as the laptop-size one of zfb_gpt: close to the mean of the
+    context labels (what uniform attention predicts), learned nothing in context."""
+    return lambda x, y, M, N, c, rng: y[:, :-1].mean(1) + noise * label_scale(y) * rng.standard_normal(len(x))
 
 
 def lsa_like(noise=0.0, tok=ROT):
@@ -495,6 +504,18 @@ def test_gpt_in_distribution():
     rows = with_gpt(gpt(least_squares()), tok=RAND)
     assert one(rows, "zfb.gpt_in_distribution") == NOT_TESTABLE
     assert one(Exp().lsa().verdicts(), "zfb.gpt_in_distribution") == NOT_TESTABLE
+
+
+def test_a_gpt_that_has_not_learned_in_context_decides_nothing():
+    """zfb_gpt at laptop size: the GPT's error at M = N is uniform attention's. Every GPT claim
+    reads inconclusive and says why, instead of 'does not hold' against ZFB §5."""
+    rows = with_gpt(gpt(plateau()), gpt(plateau(), "none", "gpt_nopos"), shifts=(("none", None), ("scale", 4.0)),
+                    lengths=(3, 5, 8, 12, 16))
+    for cid in ("zfb.gpt_in_distribution", "zfb.length_spike", "zfb.spike_vs_variance"):
+        got = [r for r in rows if r["claim_id"] == cid and r["model"] == "gpt"]
+        assert got and all(r["verdict"] == UNSURE and "has not learned in context" in r["reason"] for r in got), got
+    learned = with_gpt(gpt(least_squares(noise=0.05)))
+    assert groups(learned, "zfb.gpt_in_distribution") == {"below the LSA": HOLDS, "OLS-level": HOLDS}
 
 
 def test_gpt_groups_name_every_swept_setting():

@@ -46,6 +46,7 @@ from icl.claims.judge import DEFAULT, Band, Choices, by_setting, exclude, join, 
 LINEAR_KINDS = frozenset({"lsa", "softmax_q"})   # ŷ linear in the context labels: the LSA's limit binds them
 GPT_KINDS = frozenset({"gpt"})                   # ZFB §5's GPT-2 (Garg et al.): positions, layers, heads
 HALF = 0.5            # a band reaches halfway from the finite-N value to its N → ∞ reading
+LEARNED = 0.5         # learned in context: in distribution at M = N, at most this share of uniform attention's error
 LAST = 0.8            # the last fifth of training: logged epochs ≥ LAST × the last one
 STILL_FALLING = 0.1   # the last fifth of training still brought this share of the whole decline
 LEVEL = 0.95          # every interval's confidence
@@ -621,6 +622,26 @@ def longer_prompts(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
 
 # ----------------------------------------------------------------------------- models beyond the LSA
 
+def not_learned(s: Setting) -> str | None:
+    """Why this model's runs cannot speak to ZFB §5, or None: they have not learned in context —
+    in distribution at M = N their error is more than LEARNED of what uniform attention (the mean
+    of the context labels, icl.baselines) makes on the same test prompts. A model still on its
+    plateau neither confirms nor contradicts what a trained GPT-2 does."""
+    c = s.cells[(s.cells["shift"] == "none") & (s.cells["M"] == s.cells["N"])]
+    uni = s.pool[(s.pool["predictor"] == "uniform_attention") & (s.pool["shift"] == "none")]
+    j = c.merge(uni[["eval_id", "M", "mse"]].drop_duplicates(["eval_id", "M"]), on=["eval_id", "M"],
+                suffixes=("", "_uniform"))
+    if j.empty:
+        return None
+    ratio = float((j["mse"] / j["mse_uniform"]).median())
+    if ratio <= LEARNED:
+        return None
+    return (f"the {s.kind} has not learned in context at this size: in distribution at M = N its error is "
+            f"{ratio:.2f} of uniform attention's on the same prompts (more than {LEARNED}), so it neither confirms "
+            f"nor contradicts what a trained GPT-2 does; ZFB's GPT-2 trains for hundreds of thousands of steps "
+            f"(config/paper.yaml holds the seed's sizes, a GPU job)")
+
+
 def _paired(s: Setting, other: pd.DataFrame, shift, c=None, lengths=None) -> pd.DataFrame:
     """This setting's cells joined with `other`'s on the same training data and test prompts
     (data_id: same N, seed and training law), per (shift, c, M); suffixes _x (this model), _y."""
@@ -657,9 +678,12 @@ def beyond_lsa(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """Every model kind whose prediction is not linear in the labels (not lsa, softmax_q), trained on
     random covariances and tested on new ones at c = 1, d ≤ M ≤ N: its error below the trained LSA's
     of the same training data and test prompts (paired by N and seed); the geometric mean over M of
-    the ratio of mean errors, 95% interval from the test prompts' standard errors, against [0, 1]."""
+    the ratio of mean errors, 95% interval from the test prompts' standard errors, against [0, 1]. A model that has not learned in
+    context (in distribution at M = N, error above half uniform attention's) reads inconclusive."""
     cid = "zfb.beyond_lsa"
     pred = "a nonlinear model's error below the LSA's on new random covariances (the LSA cannot adapt to Λ; ZFB §5: GPT-2 does)"
+    if (why := not_learned(s)):
+        return [s.row(cid, UNSURE, prediction=pred, reason=why)]
     if (s.cells["token_kind"] != "random_covariance").all():
         return [s.row(cid, NOT_TESTABLE, prediction=pred,
                       reason="trained on a fixed covariance: the LSA's limit on random covariances needs random-covariance training")]
@@ -686,9 +710,12 @@ def gpt_in_distribution(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     of the same data and with OLS on the same prompts: its error below the LSA's (geometric mean
     over M of the ratio, against [0, 1]); and OLS-level: (GPT − OLS)/(LSA − OLS), inverse-variance
     mean over M, within ±½ (nearer OLS than the trained LSA: the midpoint between the two
-    references, measured on the same prompts). 95% intervals from the test prompts' standard errors."""
+    references, measured on the same prompts). 95% intervals from the test prompts' standard errors. A model that has not learned in
+    context (in distribution at M = N, error above half uniform attention's) reads inconclusive."""
     cid = "zfb.gpt_in_distribution"
     pred = "GPT matches OLS in distribution (ZFB §5, Garg et al.), below the LSA"
+    if (why := not_learned(s)):
+        return [s.row(cid, UNSURE, prediction=pred, reason=why)]
     c = s.cells[s.cells["token_kind"] == "gaussian"]
     if c.empty:
         return [s.row(cid, NOT_TESTABLE, prediction=pred,
@@ -759,7 +786,8 @@ def length_spike(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """GPT with learned positions, in distribution: the error at the longest test length M* in
     (N, 2N] above its value at M = N (ratio of means over runs > 1); and that spike larger than
     with positional: none on the same training data (ratio of the two spikes > 1, paired by N,
-    seed and training law). 95% intervals by the delta method on the test prompts' standard errors."""
+    seed and training law). 95% intervals by the delta method on the test prompts' standard errors. A model that has not learned in
+    context (in distribution at M = N, error above half uniform attention's) reads inconclusive."""
     cid = "zfb.length_spike"
     pred = "error at M > N above its value at M = N with learned positions (random beyond N), not (or less) without"
     pos = _positional(s)
@@ -767,6 +795,8 @@ def length_spike(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
         why = "runs.parquet has no positional setting for this model" if not pos else \
             f"positional: {pos} — the spike is judged on the learned-positions model, against this one"
         return [s.row(cid, NOT_TESTABLE, prediction=pred, reason=why)]
+    if (why := not_learned(s)):
+        return [s.row(cid, UNSURE, prediction=pred, reason=why)]
     c = s.cells[s.cells["shift"] == "none"]
     N = int(s.runs["N"].iloc[0])
     sp = _spike(c, N)
@@ -811,12 +841,15 @@ def spike_vs_variance(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """GPT with learned positions, under each shift with a test variance c (random_covariance, scale):
     the spike MSE(M*)/MSE(N) at c > 1 smaller than at c = 1 (M* the longest test length in
     (N, 2N]); the ratio of the two spikes against [0, 1], 95% interval by the delta method on the
-    test prompts' standard errors."""
+    test prompts' standard errors. A model that has not learned in
+    context (in distribution at M = N, error above half uniform attention's) reads inconclusive."""
     cid = "zfb.spike_vs_variance"
     pred = "the spike at M > N smaller on prompts with higher variance (c = 4, 9 vs 1)"
     if _positional(s) != "learned":
         return [s.row(cid, NOT_TESTABLE, prediction=pred,
                       reason="the spike is a learned-positions effect (zfb.length_spike): judged on that model")]
+    if (why := not_learned(s)):
+        return [s.row(cid, UNSURE, prediction=pred, reason=why)]
     N = int(s.runs["N"].iloc[0])
     rows = []
     band = Band(-math.inf, 1.0, floor=0.0, source="the order the claim states")
