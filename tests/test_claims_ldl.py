@@ -220,6 +220,8 @@ def test_phase_one():
     small = one(C.phase_one(setting(slow(runs(Ls=(0.1, 0.2))))))
     assert small["verdict"] == NOT_TESTABLE and "approximate scale identity" in small["reason"]
     assert one(C.phase_one(setting(runs(c=0.5))))["verdict"] == NOT_TESTABLE
+    never = one(C.phase_one(setting(runs(Ls=(0.5, 1.0, 2.0)).assign(t_phase_one=np.nan, attn_own_final=0.3))))
+    assert never["verdict"] == UNSURE and "reached 1/(1+δ)" in never["reason"]
 
 
 # ----------------------------------------------------------------------------- phases

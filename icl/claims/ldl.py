@@ -449,11 +449,14 @@ def phase_one(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     cid = "ldl.phase_one"
     pred = "slope of log T1 on log L = −2 (T1 ∝ 1/(ηL²Δ²))"
     df = s.runs
-    if "t_phase_one" not in df or df["t_phase_one"].isna().all():
-        return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement="no own attention traced",
-                      reason="the end of Phase I is read from the own attention of discrete features")]
     if not (df["optimizer"] == "gd").all():
         return [_not_gd(s, cid)]
+    if "t_phase_one" not in df or not df["token_kind"].eq("discrete").all() or df["attn_own_final"].isna().all():
+        return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement="no own attention traced",
+                      reason="the end of Phase I is read from the own attention of discrete features")]
+    if df["t_phase_one"].isna().all():
+        return [s.row(cid, UNSURE, prediction=pred, measurement=f"final Attn_own: median {df['attn_own_final'].median():.2f}",
+                      reason="no run's own attention reached 1/(1+δ), the end of Phase I, within its training")]
     if (why := scale_identity(df)):
         return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement="—", reason=why)]
     g = df[df["t_phase_one"].notna()]
