@@ -151,6 +151,47 @@ def test_analyse_rejudges_a_results_folder_without_snakemake(finished, tmp_path)
                                       pd.read_parquet(finished / f"results/tiny/{name}.parquet"))
 
 
+def test_one_flat_sharp_split_everywhere(finished, tmp_path):
+    """With report.flat_max_L set, theory.parquet, slopes.parquet, the verdicts and the report's
+    figures all split flat from sharp there: L* = 0.22 would call L = 1.5 sharp; the config's
+    1.6 makes every run flat, and every place must say so."""
+    import json
+    import shutil
+    from icl.claims import ldl as claims_ldl
+    res_dir = tmp_path / "results" / "tiny"
+    shutil.copytree(finished / "results/tiny", res_dir)
+    plan = json.loads((res_dir / "plan.json").read_text())
+    plan["config"]["report"] = {"flat_max_L": 1.6}
+    (res_dir / "plan.json").write_text(json.dumps(plan))
+    icl = lambda *a: subprocess.run([sys.executable, "-m", "icl", *a], capture_output=True, text=True, timeout=300,
+                                    cwd=tmp_path)
+    for step in (["theory", "--plan", str(res_dir / "plan.json"), "--out", str(res_dir / "theory.parquet"),
+                  "--curves", str(res_dir / "theory_curves.parquet")], ["analyse", str(res_dir)],
+                 ["report", "--plan", str(res_dir / "plan.json"), "--results", str(res_dir), "--out",
+                  str(tmp_path / "tiny.html")]):
+        out = icl(*step)
+        assert out.returncode == 0, out.stderr[-2000:]
+    theory = pd.read_parquet(res_dir / "theory.parquet")
+    ldl_runs = theory[theory["L_star"].notna()]
+    assert (ldl_runs["L_split"] == 1.6).all() and (ldl_runs["regime"] == "flat").all()
+    assert (ldl_runs["L_star"] < 0.3).all()                       # the theory's own L* would split them
+    slopes = pd.read_parquet(res_dir / "slopes.parquet")
+    assert set(slopes["regime"].dropna()) == {"flat"}
+    verdicts = pd.read_parquet(res_dir / "verdicts.parquet")
+    tr = verdicts[(verdicts["claim_id"] == "ldl.transition_at_Lstar") & (verdicts["model"] == "blk")]
+    assert tr["reason"].str.contains("does not cross L\\*").all(), tr
+    joined = pd.read_parquet(res_dir / "runs.parquet").merge(theory, on="run_id")
+    assert (claims_ldl.regimes(joined) == "flat").all()
+    html = (tmp_path / "tiny.html").read_text()
+    assert "flat set: L ≤ 1.6 (report.flat_max_L in the config)" in html
+    import base64
+    import re
+    csvs = [base64.b64decode(b).decode() for b in re.findall(r'href="data:text/csv;base64,([^"]+)"', html)]
+    flat = [c for c in csvs if "(a) loss, flat set" in c]
+    assert flat and all("L=1.5" in c and "L=0.2" in c for c in flat)      # both L drawn as flat
+    assert not any("(b) loss, sharp set" in c for c in csvs)
+
+
 def test_rerun_has_nothing_to_do(finished):
     res = snakemake(finished, "--cores", "1", "-n", "--configfile", str(finished / "tiny.yaml"))
     assert res.returncode == 0
