@@ -27,7 +27,7 @@ LONG = {
             "task": {"kind": "cosine", "L": 1.0, "c": 0.5},
             "prompts": {"N": 16, "train": 64, "test": 64},
             "models": [{"name": "blk", "kind": "transformer_block", "optimizer": "adam", "lr": 3e-3, "width": 16}],
-            "train": {"epochs": 1500, "log_every": 50, "checkpoint_every": 100},
+            "train": {"epochs": 600, "log_every": 50, "checkpoint_every": 100},
             "sweep": {"task.L": [0.3, 1.0], "seed": [0, 1]},
         }
     }
@@ -39,8 +39,11 @@ def _cmd(wd, *args):
             "--configfile", str(wd / "c.yaml"), "--cores", "2", *args]
 
 
+TARGETS = [f"results/long/{t}.parquet" for t in TABLES]     # the tables: analysis and report add nothing here
+
+
 def _run(wd, *args, timeout=600):
-    res = subprocess.run(_cmd(wd, *args), capture_output=True, text=True, timeout=timeout)
+    res = subprocess.run(_cmd(wd, *TARGETS, *args), capture_output=True, text=True, timeout=timeout)
     assert res.returncode == 0, res.stderr[-3000:]
     return res
 
@@ -66,6 +69,7 @@ def reference(tmp_path_factory):
     return wd
 
 
+@pytest.mark.slow      # test_sigkill_mid_training_then_resume compares a second fresh directory bit for bit too
 def test_rerun_in_fresh_directory_is_bit_identical(reference, tmp_path):
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(LONG))
     _run(tmp_path)
@@ -74,7 +78,7 @@ def test_rerun_in_fresh_directory_is_bit_identical(reference, tmp_path):
 
 def test_sigkill_mid_training_then_resume(reference, tmp_path):
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(LONG))
-    proc = subprocess.Popen(_cmd(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    proc = subprocess.Popen(_cmd(tmp_path, *TARGETS), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     shards = tmp_path / "results" / "long" / "shards"
     deadline = time.time() + 300
@@ -119,14 +123,17 @@ def test_malformed_config_stops_before_any_job(tmp_path, text, words):
 
 
 def _bad_configs():
-    """The 30 malformed configs of test_config.py, as files a user would write."""
+    """The malformed configs of test_config.py (checked there one by one against icl.config), as
+    files a user would write; every fifth goes through the workflow in the default run, the
+    others under `-m slow` (each is a Snakemake start, ~4 s)."""
     import copy
     from conftest import TINY
     from test_config import BAD, _set
-    return [(yaml.safe_dump(_set(copy.deepcopy(TINY), p, v)), words[0]) for p, v, words in BAD]
+    return [pytest.param(yaml.safe_dump(_set(copy.deepcopy(TINY), p, v)), words[0], id=words[0],
+                         marks=() if i % 5 == 0 else pytest.mark.slow) for i, (p, v, words) in enumerate(BAD)]
 
 
-@pytest.mark.parametrize("text,key", _bad_configs(), ids=[k for _, k in _bad_configs()])
+@pytest.mark.parametrize("text,key", _bad_configs())
 def test_each_malformed_config_refused_by_the_workflow(tmp_path, text, key):
     """Every one of them through `snakemake -n`: non-zero exit, one line naming the key, no
     traceback, results/ untouched."""
