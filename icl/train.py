@@ -202,15 +202,17 @@ class ShardTraining:
             values = {"train_loss": train_loss, "test_loss": self.model.loss(self.params, self.test)[0], **diag}
         self.active.copy_(torch.as_tensor(self.logs.record(self.pos[epoch], values), device=self.dev))
         if epoch == self.epochs:
-            self.trace.add(train_loss, diag if self.model.K else {})
+            self.trace.add(train_loss, self.traced(self.train, seen))
             self.trace.close(epoch, self.active.cpu().numpy())
 
     def traced(self, batch, seen) -> dict:
-        """The diagnostics the trace keeps, from a step's forward (attention needs discrete tokens)."""
-        if not self.model.K or "query" not in batch or not ("near" in batch or "knn" in batch):
-            return {}           # continuous tokens, or prompts prepared without diagnostics (fresh ones)
+        """What the trace keeps of a step besides its loss (Model.trace: the own attention, and
+        softmax_q's feature logits), from the step's own forward; nothing for prompts prepared
+        without diagnostics (fresh ones)."""
+        if not ("near" in batch or "knn" in batch):
+            return {}
         with torch.no_grad():
-            return self.model.diagnostics(self.params, batch, seen)
+            return self.model.trace(self.params, batch, seen)
 
     def train_epoch(self, epoch: int) -> None:
         """One pass over the prompts (fresh ones with train.fresh), logged if on the grid."""

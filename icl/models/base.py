@@ -109,21 +109,33 @@ def token_batch(arrays, diagnose: bool, K) -> Batch:
             feat = arrays("feat").long()
             prompts["feat"] = feat
             prompts["query"] = torch.nn.functional.one_hot(feat[:, :, -1], K).to(x.dtype)
+            prompts["same"] = (feat[:, :, :-1] == feat[:, :, -1:]).to(x.dtype)   # tokens of the query's feature
             runs["features"] = arrays("features")
     return Batch(prompts, runs)
 
 
-def attention_logs(mass, query, entropy, knn_mass, K) -> dict:
+def own_attention(own, query) -> torch.Tensor:
+    """attn_own per run (R,) from each prompt's mass on the tokens of its query's feature, own
+    (R, B), and the query's feature as a one-hot (R, B, K): the diagonal mean of the attention
+    map (the mean over query features j of the mean own mass of the queries with feature j;
+    features no query has are left out). The trace computes it every epoch from these two
+    (R, B) quantities alone, and the logs from the same function, so they agree exactly."""
+    sums = torch.bmm(query.transpose(1, 2), own.unsqueeze(-1))[..., 0]                # (R, K)
+    return (sums / query.sum(1)).nanmean(-1)
+
+
+def attention_logs(mass, query, entropy, knn_mass, K, own=None) -> dict:
     """Per-run summaries of attention from per-prompt quantities: `mass` (R, B, K) on each key
     feature, the query's feature as a one-hot (R, B, K), the entropy over tokens and the mass on
-    the nearest tokens (R, B). attn[r, k, j] is the mean mass a query with feature j puts on
-    feature k (NaN where no query has feature j); attn_own its diagonal mean."""
+    the nearest tokens (R, B), and (optional) each prompt's own mass (R, B). attn[r, k, j] is the
+    mean mass a query with feature j puts on feature k (NaN where no query has feature j);
+    attn_own its diagonal mean (own_attention)."""
     out = {"attn_entropy": entropy.mean(1), "attn_knn": knn_mass.mean(1)}
     if K:
         sums = torch.bmm(query.transpose(1, 2), mass)                                  # [r, j, k]
         amap = (sums / query.sum(1).unsqueeze(-1)).transpose(1, 2)
         out["attn"] = amap
-        out["attn_own"] = torch.diagonal(amap, dim1=1, dim2=2).nanmean(-1)
+        out["attn_own"] = own_attention((mass * query).sum(-1) if own is None else own, query)
     return out
 
 
@@ -134,7 +146,13 @@ def token_attention_logs(a, batch: Batch, K) -> dict:
     if not K:
         return attention_logs(None, None, ent, knn, None)
     mass = torch.zeros(*a.shape[:2], K, dtype=a.dtype, device=a.device).scatter_add_(2, batch["feat"][:, :, :-1], a)
-    return attention_logs(mass, batch["query"], ent, knn, K)
+    return attention_logs(mass, batch["query"], ent, knn, K, own=token_own(a, batch))
+
+
+def token_own(a, batch: Batch) -> torch.Tensor:
+    """Each prompt's attention mass on the context tokens of its query's feature, (R, B), from
+    token-level attention a (R, B, N)."""
+    return (a * batch["same"]).sum(-1)
 
 
 def count_batch(arrays, diagnose: bool, K: int) -> Batch:
@@ -157,11 +175,13 @@ def count_batch(arrays, diagnose: bool, K: int) -> Batch:
     return Batch(prompts, {"features": V})
 
 
-def count_attention_logs(w, batch: Batch, K: int) -> dict:
-    """attention_logs of the count form: w (R, B, K) the attention on one token of each feature."""
+def count_attention_logs(mass, batch: Batch, K: int) -> dict:
+    """attention_logs of the count form: mass (R, B, K) the attention on each feature's tokens
+    together (mass / n_k on each of them)."""
     n = batch["n"]
+    w = torch.where(n > 0, mass / n.clamp_min(1), torch.zeros_like(n))
     ent = -(n * w * torch.log(w.clamp_min(1e-30))).sum(-1)
-    return attention_logs(n * w, batch["query"], ent, (batch["near"] * w).sum(-1), K)
+    return attention_logs(mass, batch["query"], ent, (batch["near"] * w).sum(-1), K)
 
 
 class Model:
@@ -260,6 +280,19 @@ class Model:
 
     def diagnostics(self, params, batch: Batch, seen) -> dict:
         return token_attention_logs(seen, batch, self.K) if self.has_attention else {}
+
+    def trace(self, params, batch: Batch, seen) -> dict:
+        """What icl.train.Trace keeps of a step every epoch, beside the loss: the own attention
+        (discrete tokens), from what the step's forward saw, and nothing of the rest of the
+        diagnostics (entropy, nearest-token mass, K x K maps: those are logged every log_every
+        epochs). Equal to the logged attn_own (the same function of the same numbers)."""
+        if not (self.K and self.has_attention) or seen is None:
+            return {}
+        return {"attn_own": own_attention(self.own_mass(batch, seen), batch["query"])}
+
+    def own_mass(self, batch: Batch, seen) -> torch.Tensor:
+        """Each prompt's attention on the tokens of its query's feature (R, B), from `seen`."""
+        return token_own(seen, batch)
 
     def loss_and_grads(self, params, x, y):
         """Loss and gradients on token-form prompts x, y (tests, benchmarks)."""

@@ -74,8 +74,10 @@ class TransformerBlock(Model):
     def diagnostics(self, params, batch: Batch, seen) -> dict:
         if "log_n" not in batch:
             return super().diagnostics(params, batch, seen)
-        n = batch["n"]                       # seen: each feature's attention mass; per token: mass / n
-        return count_attention_logs(torch.where(n > 0, seen / n.clamp_min(1), torch.zeros_like(n)), batch, self.K)
+        return count_attention_logs(seen, batch, self.K)      # seen: each feature's attention mass
+
+    def own_mass(self, batch: Batch, seen):
+        return super().own_mass(batch, seen) if "log_n" not in batch else (seen * batch["query"]).sum(-1)
 
     def shapes(self) -> dict:
         d, w, f = self.d, self.w, self.f

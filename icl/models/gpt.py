@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from icl.models.base import Batch, Model, init_rng, lazy_torch, token_attention_logs
+from icl.models.base import Batch, Model, init_rng, lazy_torch, own_attention, token_attention_logs, token_own
 
 torch = lazy_torch(globals())
 
@@ -276,5 +276,9 @@ class GPT(Model):
         if self.K:
             maps = torch.stack([torch.stack([d["attn"] for d in row], 1) for row in per], 1)   # (R, L, H, K, K)
             out["attn"] = maps
-            out["attn_own"] = torch.diagonal(maps[:, -1].mean(1), dim1=1, dim2=2).nanmean(-1)
+            out["attn_own"] = own_attention(self.own_mass(batch, seen), batch["query"])   # the diagonal's mean
         return out
+
+    def own_mass(self, batch: Batch, seen):
+        """The last layer's attention on the query's feature, averaged over its heads."""
+        return token_own(seen[:, :, -1].mean(2), batch)
