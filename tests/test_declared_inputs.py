@@ -28,7 +28,7 @@ ZFB = {"description": "tiny ZFB", "tokens": {"kind": "gaussian", "d": 3, "covari
        "evaluate": {"lengths": [3, 6], "prompts": 50, "shifts": [{"kind": "none"}, {"kind": "scale", "c": [2]}]},
        "sweep": {"seed": [0, 1]}}
 
-LINE = re.compile(r"^(\d+) (.*)$")
+LINE = re.compile(r"^(\d+)\s+(.*)$")      # strace pads the PID column
 EXECVE = re.compile(r'execve\("[^"]*", (\[.*\]), 0x[0-9a-f]+ .*\)\s+= 0$')
 OPENAT = re.compile(r'openat\(AT_FDCWD, "([^"]+)", ([A-Z_|]+)')
 CLONE = re.compile(r"\b(clone3?|vfork|fork)\b.*\s= (\d+)$")
@@ -41,9 +41,13 @@ def can_trace() -> bool:
 
 def job_reads(trace: str, workdir: Path) -> dict[tuple, set[str]]:
     """{argv of an icl process: the files under results/ and logs/ it opened for reading}. A thread
-    or forked child counts as its parent until it executes something else."""
-    who, pending, reads = {}, {}, {}
-    for raw in trace.splitlines():
+    or forked child counts as its parent until it executes something else. With -f, a new thread's
+    first lines can come before its parent's clone returns, so owners are resolved after the whole
+    trace is read: a read belongs to the last program its thread executed before it, else to the
+    program its parent ran when it made the thread."""
+    parent, execs, opens = {}, {}, []            # execs: tid -> [(line number, argv or None)]
+    pending = {}
+    for i, raw in enumerate(trace.splitlines()):
         m = LINE.match(raw)
         if not m:
             continue
@@ -56,16 +60,29 @@ def job_reads(trace: str, workdir: Path) -> dict[tuple, set[str]]:
         if (e := EXECVE.search(text)):
             # strace prints argv as string literals, bytes beyond ASCII as octal escapes
             argv = tuple(a.encode("latin-1").decode("utf-8", "replace") for a in ast.literal_eval(e.group(1)))
-            who[tid] = argv if argv[1:3] == ("-m", "icl") else None
+            execs.setdefault(tid, []).append((i, argv if argv[1:3] == ("-m", "icl") else None))
         elif (c := CLONE.search(text)):
-            who[c.group(2)] = who.get(tid)
-        elif (o := OPENAT.search(text)) and who.get(tid) and not re.search(r"\s= -1 ", text):
-            path, flags = Path(o.group(1)), o.group(2)
-            if "O_WRONLY" in flags or "O_RDWR" in flags or "O_CREAT" in flags:
-                continue
-            rel = Path(os.path.relpath((workdir / path).resolve(), workdir.resolve()))    # jobs run in workdir
-            if rel.parts and rel.parts[0] in ("results", "logs"):
-                reads.setdefault(who[tid], set()).add(rel.as_posix())
+            parent[c.group(2)] = (tid, i)
+        elif (o := OPENAT.search(text)) and not re.search(r"\s= -1 ", text):
+            if not any(f in o.group(2) for f in ("O_WRONLY", "O_RDWR", "O_CREAT")):
+                opens.append((tid, i, Path(o.group(1))))
+
+    def owner(tid, i):
+        for _ in range(100):                                 # up the chain of parents
+            before = [argv for j, argv in execs.get(tid, []) if j < i]
+            if before:
+                return before[-1]
+            if tid not in parent:
+                return None
+            tid, i = parent[tid]
+        return None
+
+    reads = {}
+    for tid, i, path in opens:
+        argv = owner(tid, i)
+        rel = Path(os.path.relpath((workdir / path).resolve(), workdir.resolve()))    # jobs run in workdir
+        if argv and rel.parts and rel.parts[0] in ("results", "logs"):
+            reads.setdefault(argv, set()).add(rel.as_posix())
     return reads
 
 
