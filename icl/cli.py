@@ -21,6 +21,14 @@ def cmd_check(args) -> None:
     for name in cfg["experiments"]:
         runs = plan(cfg, name)
         print(f"{name}: {len(runs)} runs in {len({r.shard for r in runs})} shards")
+    if args.estimate:
+        from icl.estimate import estimate, report
+        cores = args.cores or os.cpu_count() or 1
+        rows = estimate(cfg, device=args.device or cfg.get("device", "auto"),
+                        progress=lambda text: print(text, file=sys.stderr, flush=True))
+        print(f"\npredicted training on this machine ({args.device or cfg.get('device', 'auto')}; "
+              "evaluation under shift not included):")
+        print(report(rows, cores))
 
 
 def read_plan(path: str) -> dict:
@@ -150,6 +158,7 @@ def cmd_claims(args) -> None:
 
 EPILOG = """what a person runs by hand:
   icl check my.yaml        validate a config; print each experiment's runs and shards
+  icl check --estimate my.yaml   ... and its predicted training time and memory on this machine
   icl analyse results/EXP  re-judge an experiment's finished tables (slopes, stability, verdicts)
   icl timing [EXPERIMENT]  where the job time went, by step (after a snakemake run)
   icl claims               every claim id and the rule that judges it (the README's verdict table)
@@ -162,6 +171,11 @@ def main(argv=None) -> None:
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("check", help="validate a config file and print how many runs and shards it plans")
     s.add_argument("config")
+    s.add_argument("--estimate", action="store_true",
+                   help="also predict each experiment's training time and memory on this machine, timed on "
+                        "a few epochs of one shard of each shape (icl/estimate.py)")
+    s.add_argument("--cores", type=int, help="cores the wall-time estimate assumes (default: this machine's)")
+    s.add_argument("--device", choices=["auto", "cpu", "cuda"], help="where to time (default: the config's device)")
     s.set_defaults(fn=cmd_check)
     s = sub.add_parser("plan", help="expand an experiment into runs.parquet and plan.json")
     s.add_argument("--experiment", required=True)

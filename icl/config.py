@@ -190,16 +190,46 @@ def _sweep_values_ok(name: str, exp: dict) -> None:
                 raise ConfigError(f"{where}{what} is invalid: {e}") from None
 
 
+# `smoke: true` keeps every shape of an experiment (d, K, N, width, layers, heads, test lengths)
+# and cuts what only makes it long: epochs, seeds and the number of prompts.
+SMOKE = {"epochs": 2, "train": 4, "test": 4, "evaluate_prompts": 2}
+
+
+def smoke_cut(cfg: dict) -> dict:
+    """The config as `smoke: true` runs it: each experiment under the name `<name>_smoke` (its
+    results and report apart from the real run's, so nothing computed is overwritten), trained
+    SMOKE["epochs"] epochs on its first seed with a few training, test and evaluation prompts."""
+    out = {}
+    for name, exp in cfg["experiments"].items():
+        exp = copy.deepcopy(exp)
+        tr, p = exp["train"], exp["prompts"]
+        tr["epochs"] = min(tr["epochs"], SMOKE["epochs"])
+        tr["log_every"], tr["checkpoint_every"] = 1, tr["epochs"]
+        p["train"], p["test"] = min(p["train"], SMOKE["train"]), min(p["test"], SMOKE["test"])
+        if tr.get("batch_size"):
+            tr["batch_size"] = min(tr["batch_size"], p["train"])
+        if exp.get("evaluate"):
+            exp["evaluate"]["prompts"] = min(exp["evaluate"]["prompts"], SMOKE["evaluate_prompts"])
+        sweep = exp.get("sweep") or {}
+        if isinstance(sweep.get("seed"), list):
+            sweep["seed"] = sweep["seed"][:1]
+        out[f"{name}_smoke"] = exp
+    return {**cfg, "experiments": out}
+
+
 def validate(raw: dict) -> dict:
-    """Return the config with defaults filled in, or raise ConfigError."""
+    """Return the config with defaults filled in (cut by `smoke: true`), or raise ConfigError."""
     if not isinstance(raw, dict):
         raise ConfigError("<top level>: the config must be a mapping with an 'experiments' key")
     cfg = copy.deepcopy(raw)
-    flag = cfg.get("rerun_on_code_change")
-    if isinstance(flag, str) and flag.lower() in ("true", "false"):   # from `--config key=true`
-        cfg["rerun_on_code_change"] = flag.lower() == "true"
+    for key in ("rerun_on_code_change", "smoke"):
+        flag = cfg.get(key)
+        if isinstance(flag, str) and flag.lower() in ("true", "false"):   # from `--config key=true`
+            cfg[key] = flag.lower() == "true"
     _schema_errors(cfg)
     cfg = _fill_defaults(cfg, config_schema())
+    if cfg["smoke"]:
+        cfg = smoke_cut(cfg)
     for name, exp in cfg["experiments"].items():
         check_experiment(exp, name)
         _sweep_values_ok(name, exp)

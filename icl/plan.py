@@ -60,6 +60,21 @@ def run_bytes(spec: dict) -> int:
     return models.MODELS[spec["model"]["kind"]].train_bytes(spec)
 
 
+JOB_BASE_MB = 1500     # Python, torch, and on a cluster Snakemake twice (~170 MB each) beside the job
+
+
+def shard_mem_mb(members: list[Run]) -> int:
+    """The memory a training job of these runs asks its scheduler for (mem_mb)."""
+    return JOB_BASE_MB + sum(run_bytes(r.spec) for r in members) // 2**20
+
+
+def train_threads(n_shards: int) -> int:
+    """2 threads for an experiment of one shard; 1 where there are several: a training job starts
+    in 1-2 s and softmax_q's count form trains 180 runs x 400 epochs in about as long, so two
+    one-thread jobs side by side do more than one job with two threads (benchmarks/README.md)."""
+    return 2 if n_shards == 1 else 1
+
+
 def eval_bytes(spec: dict) -> int:
     """Rough peak memory of evaluating one run on its largest cell (Model.eval_bytes)."""
     return models.MODELS[spec["model"]["kind"]].eval_bytes(spec)

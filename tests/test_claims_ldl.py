@@ -278,6 +278,10 @@ def test_phase_boundary_against_delta(power, expect):
     row = one(C.phase_boundary(setting(df), "delta"))
     assert row["group"] == "boundary against Δ" and row["verdict"] == expect, row
     assert C.phase_boundary(setting(runs()), "delta") == []
+    # a short run (as `smoke: true` trains): no run converged, so none has a phase count to place
+    short = df.assign(final_train_loss=df["uniform_train_loss"], n_phases=np.nan)
+    row = one(C.phase_boundary(setting(short), "delta"))
+    assert row["verdict"] == UNSURE and "never reached" in row["measurement"], row
 
 
 # ----------------------------------------------------------------------------- stability, unseen, mean field

@@ -581,6 +581,9 @@ def phase_boundary(s: Setting, axis: str, choices: Choices = DEFAULT) -> list[di
     if (why := scale_identity(df)):
         return [s.row(cid, NOT_TESTABLE, group=group, prediction=pred, measurement="—", reason=why)]
     keep, note = phase_runs(df)
+    if not keep["n_phases"].notna().any():
+        return [s.row(cid, UNSURE, group=group, prediction=pred, measurement=note or "no phase count",
+                      reason="no run of this setting has a phase count (see the measurement)")]
     vals, Ds, Ls = _seed_cube(keep, axis, "n_phases")
     one = np.ones((1, vals.shape[-1]))
     sl, bounds = _boundary_slopes(vals, Ds, Ls, one)

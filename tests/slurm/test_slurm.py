@@ -5,7 +5,8 @@ packages; tests/slurm/start-slurm.sh) runs a small experiment through
 snakemake-executor-plugin-slurm with the cluster profile (--workflow-profile
 workflow/profiles/slurm) plus the CI overlay (--profile tests/slurm/ci-profile). Checked:
 
-- a run to completion gives the same tables as a local run of the same config;
+- a run to completion gives the same tables as a local run of the same config (the rerun at the
+  end of the failure test; a run from scratch under `-m slow`);
 - a training job that fails (exit code 1) is reported with its log paths and its log's text, and
   retried (the profile's `retries: 1`); a training job cancelled with scancel is retried and
   resumes from its checkpoint; cancelled again, it is reported with its log paths, and Snakemake
@@ -216,6 +217,7 @@ def cluster(machine_lock, tmp_path_factory):
 # tests
 
 
+@pytest.mark.slow     # the rerun at the end of the next test goes through SLURM to the same tables and report
 def test_run_on_slurm_equals_local_run(cluster, tmp_path_factory):
     wd = new_workdir(tmp_path_factory, "slurm")
     res = run_snakemake(wd)
@@ -320,8 +322,19 @@ def test_failures_are_reported_retried_and_a_rerun_resumes(cluster, tmp_path_fac
     assert (wd / f"results/ci/shards/{bad}.npz").exists()
     assert ckpt.exists() and not (wd / f"results/ci/shards/{cut}.npz").exists()
 
-    # rerun: the cancelled shard resumes from its checkpoint; the tables equal the local run's
+    # rerun: the cancelled shard resumes from its checkpoint as a SLURM job, the tables and the
+    # report are made by SLURM's `post` job, and they equal the local run's
     res = run_snakemake(wd)
-    assert res.returncode == 0, (res.stdout + res.stderr)[-6000:]
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-6000:]
+    assert "has been submitted with SLURM jobid" in out
     assert "resuming from checkpoint" in cut_log.read_text()
+    acct = subprocess.run(["sacct", "-X", "-n", "-P", "-a", "-o", "JobIDRaw,State,Comment"],
+                          capture_output=True, text=True, timeout=30).stdout
+    for shard in (bad, cut):
+        assert f"COMPLETED|rule_train_wildcards_ci_{shard}" in acct, acct
     assert_same_tables(wd, cluster.reference)
+    assert (wd / "reports" / "ci.html").exists() and (wd / "reports" / "index.html").exists()
+    import torch
+    if not torch.cuda.is_available():    # a node without GPU trains on CPU
+        assert set(pd.read_parquet(wd / "results/ci/summary.parquet")["device"]) == {"cpu"}

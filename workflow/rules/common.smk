@@ -34,26 +34,22 @@ def shard_names(exp):
 
 
 def train_threads(exp):
-    """2 threads for an experiment of one shard; 1 where there are several: a training job starts
-    in 1-2 s and softmax_q's count form trains 180 runs x 400 epochs in about as long, so two
-    one-thread jobs side by side do more than one job with two threads (benchmarks/README.md)."""
-    return 2 if len(shard_names(exp)) == 1 else 1
+    from icl.plan import train_threads
+    return train_threads(len(shard_names(exp)))
 
 
 def shard_mem_mb(exp, shard):
-    from icl.plan import run_bytes
-    members = [r for r in PLANS[exp] if r.shard == shard]
-    # the job runs Snakemake twice on a cluster (~170 MB each) besides the training process
-    return 1500 + sum(run_bytes(r.spec) for r in members) // 2**20
+    from icl.plan import shard_mem_mb
+    return shard_mem_mb([r for r in PLANS[exp] if r.shard == shard])
 
 
 def eval_mem_mb(exp, shard):
-    from icl.plan import eval_bytes
+    from icl.plan import JOB_BASE_MB, eval_bytes
     spec = next(r.spec for r in PLANS[exp] if r.shard == shard)
     n = sum(r.shard == shard for r in PLANS[exp])
     # evaluation works through the shard in chunks that fit memory_budget_mb, at least one run each
     one = eval_bytes(spec)
-    return 1500 + max(one, min(n * one, CFG["memory_budget_mb"] * 2**20)) // 2**20
+    return JOB_BASE_MB + max(one, min(n * one, CFG["memory_budget_mb"] * 2**20)) // 2**20
 
 
 def benchmark_files(exp):

@@ -1,0 +1,168 @@
+"""What a config costs before it runs: per experiment and in total, the training time on this
+machine and what each training job asks its scheduler for.
+
+Calibrated, not guessed: for each shape of ensemble an experiment plans (icl.plan.shape_key), its
+largest shard trains a few epochs here (one run of it first; the whole shard where that takes
+seconds), from its own prompt files, with the threads its job would get; the timed parts (prompt files, set-up, one epoch, one logged state, the
+result) are scaled to every shard of that shape by its runs and epochs, and one Python start-up
+(measured) is added per job. Evaluation under shift is a step of its own and not included.
+
+    icl check --estimate config/paper.yaml
+    icl check --estimate config/paper.yaml --device cuda     # on a GPU node: that node's figures
+"""
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from icl.data import data_spec
+from icl.plan import Run, plan, shape_key, shard_mem_mb, shards, stable_hash, train_threads
+
+CALIBRATION_EPOCHS = 3
+SMALL = 4             # prompts of the first, cheapest timing
+BUDGET_S = 5.0        # seconds of training a shape's calibration may take beyond its first run
+
+
+@dataclass
+class Calibration:
+    """Seconds measured on one shard of `runs` runs: prompt files and set-up, one epoch (the
+    median of those after the first), one logged state, and writing the result."""
+    runs: int
+    prepare_s: float
+    epoch_s: float
+    log_s: float
+    write_s: float
+
+    def seconds(self, n_runs: int, epochs: int, log_every: int, startup_s: float) -> float:
+        """A job of n_runs runs of this shape: its start-up plus the calibrated parts, scaled by
+        runs (an ensemble's work grows with its runs) and by epochs and logged states."""
+        logged = epochs // log_every + 1
+        per_shard = self.prepare_s + epochs * self.epoch_s + logged * self.log_s + self.write_s
+        return startup_s + per_shard * n_runs / self.runs
+
+
+def startup_seconds() -> float:
+    """What a training job spends before its first line of work: a Python that imports torch and
+    the training code (the better of two tries)."""
+    times = []
+    for _ in range(2):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import icl.train, icl.data"], check=True)
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def calibrate(members: list[Run], device: str, threads: int) -> Calibration:
+    """Time this shard's training, cheapest first. One run on SMALL and on 4 x SMALL prompts, one
+    epoch each after a warm-up, gives a line (fixed cost + cost per prompt); where that line says
+    an epoch of one run on its own prompts takes over a second (a GPT at the paper's size on a
+    CPU), the line's figures stand. Else one run on its own prompts; and where the whole shard
+    would train CALIBRATION_EPOCHS epochs within BUDGET_S, the whole shard (an ensemble's fixed
+    costs spread over its runs)."""
+    p = members[0].spec["prompts"]
+    big = 4 * SMALL
+    if p["train"] > big and p["test"] > big:
+        a, b = (_timed(members[:1], device, threads, epochs=2, prompts=n) for n in (SMALL, big))
+        at = lambda x, y, n: x + (y - x) * (n - SMALL) / (big - SMALL)      # the line through both
+        if at(a.epoch_s, b.epoch_s, p["train"]) > 1.0:
+            return Calibration(1, at(a.prepare_s, b.prepare_s, (p["train"] + p["test"]) / 2),
+                               at(a.epoch_s, b.epoch_s, p["train"]), at(a.log_s, b.log_s, (p["train"] + p["test"]) / 2),
+                               b.write_s)
+    one = _timed(members[:1], device, threads, epochs=2)
+    if len(members) == 1 or len(members) * one.epoch_s * CALIBRATION_EPOCHS > BUDGET_S:
+        return one
+    return _timed(members, device, threads, CALIBRATION_EPOCHS)
+
+
+def _timed(members: list[Run], device: str, threads: int, epochs: int, prompts: int | None = None) -> Calibration:
+    """Train these runs for `epochs` epochs (their own specs, epochs cut, and with `prompts` the
+    training and test prompts too) from their own prompt files in a temporary folder, and time
+    the parts."""
+    import torch
+    from icl.data import ensure_datasets
+    from icl.train import ShardTraining, pick_device
+    torch.set_num_threads(threads)
+    dev = pick_device(device)
+    runs = []
+    for r in members:
+        spec = copy.deepcopy(r.spec)
+        spec["train"].update(epochs=epochs, log_every=epochs)
+        if prompts:
+            spec["prompts"].update(train=prompts, test=prompts)
+            if spec["train"].get("batch_size"):
+                spec["train"]["batch_size"] = min(spec["train"]["batch_size"], prompts)
+        runs.append({"run_id": r.run_id, "data_id": stable_hash(data_spec(spec)), "spec": spec})
+    with tempfile.TemporaryDirectory(prefix="icl-estimate-") as tmp:
+        t = time.perf_counter()
+        paths = ensure_datasets(runs, tmp)
+        sh = ShardTraining(runs, paths, dev)
+        prepare = time.perf_counter() - t
+        sh.train_epoch(0)                                   # the first epoch warms up, untimed
+        times = []
+        for e in range(1, epochs):
+            t = time.perf_counter()
+            sh.train_epoch(e)
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        sh.log(epochs)
+        log = time.perf_counter() - t
+        t = time.perf_counter()
+        np.savez(os.path.join(tmp, "result.npz"), **sh.result(0.0))
+        write = time.perf_counter() - t
+    return Calibration(len(members), prepare, float(np.median(times)), log, write)
+
+
+def estimate(cfg: dict, device: str = "auto", cores: int | None = None, progress=None) -> list[dict]:
+    """One row per training job of every experiment of a validated config: experiment, shard,
+    runs, predicted seconds and the memory it asks for (mem_mb). Calibrates each shape once."""
+    startup = startup_seconds()
+    rows = []
+    for name in cfg["experiments"]:
+        by_shard = shards(plan(cfg, name))
+        threads = train_threads(len(by_shard))
+        by_shape: dict[str, list[str]] = {}
+        for shard, members in by_shard.items():
+            by_shape.setdefault(stable_hash(shape_key(members[0].spec)), []).append(shard)
+        for names in by_shape.values():
+            largest = max(names, key=lambda s: len(by_shard[s]))
+            if progress:
+                progress(f"{name}: timing a few epochs of {largest} ({len(by_shard[largest])} runs)")
+            cal = calibrate(by_shard[largest], device, threads)
+            for shard in names:
+                members = by_shard[shard]
+                tr = members[0].spec["train"]
+                rows.append({"experiment": name, "shard": shard, "runs": len(members), "threads": threads,
+                             "seconds": cal.seconds(len(members), tr["epochs"], tr["log_every"], startup),
+                             "mem_mb": shard_mem_mb(members)})
+    return rows
+
+
+def report(rows: list[dict], cores: int) -> str:
+    """The estimate as text, per experiment and in total: runs, jobs, job time, wall time at
+    `cores` cores (jobs side by side, a core per thread; never less than the longest job), the
+    longest job and the largest memory request."""
+    import pandas as pd
+    df = pd.DataFrame(rows)
+    head = f"{'experiment':<24} {'runs':>6} {'jobs':>5} {'job time':>9} {'wall, ' + str(cores) + ' cores':>13} " \
+           f"{'longest job':>11} {'largest mem_mb':>14}"
+
+    def line(name, g):
+        wall = max(g["seconds"].max(), (g["seconds"] * g["threads"]).sum() / cores)
+        return (f"{name:<24} {g['runs'].sum():>6} {len(g):>5} {_hms(g['seconds'].sum()):>9} {_hms(wall):>13} "
+                f"{_hms(g['seconds'].max()):>11} {g['mem_mb'].max():>14}")
+    body = [line(name, g) for name, g in df.groupby("experiment", sort=False)]
+    return "\n".join([head, *body, line("total", df)])
+
+
+def _hms(s: float) -> str:
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"

@@ -1,0 +1,76 @@
+"""config/paper.yaml end to end at its real shapes (d, K, N, width, layers, heads, test lengths),
+cut by `--config smoke=true` to a few epochs, the first seed and a few prompts: every experiment
+of the paper config from an empty results/ to its report, as the README shows the command."""
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from icl.config import SMOKE, load, smoke_cut, validate
+
+REPO = Path(__file__).resolve().parent.parent
+PAPER = REPO / "config" / "paper.yaml"
+COMMAND = ".venv/bin/snakemake --cores 2 --configfile config/paper.yaml --config smoke=true"
+
+
+def test_the_readme_shows_the_smoke_command():
+    assert COMMAND in (REPO / "README.md").read_text()
+
+
+def test_smoke_keeps_every_shape_and_cuts_epochs_seeds_and_prompts():
+    full = load(str(PAPER))
+    cut = validate({**yaml.safe_load(PAPER.read_text()), "smoke": "true"})   # as --config smoke=true passes it
+    assert sorted(cut["experiments"]) == sorted(f"{n}_smoke" for n in full["experiments"])
+    for name, exp in full["experiments"].items():
+        s = cut["experiments"][f"{name}_smoke"]
+        for key in ("tokens", "task", "models"):
+            assert s[key] == exp[key], (name, key)
+        assert s["prompts"]["N"] == exp["prompts"]["N"]
+        assert s["train"]["epochs"] == min(exp["train"]["epochs"], SMOKE["epochs"]) < exp["train"]["epochs"]
+        assert s["prompts"]["train"] <= SMOKE["train"] and s["prompts"]["test"] <= SMOKE["test"]
+        if exp.get("evaluate"):
+            assert s["evaluate"]["lengths"] == exp["evaluate"]["lengths"]
+            assert s["evaluate"]["shifts"] == exp["evaluate"]["shifts"]
+            assert s["evaluate"]["prompts"] == SMOKE["evaluate_prompts"]
+        seeds = (exp.get("sweep") or {}).get("seed")
+        if seeds:
+            assert s["sweep"]["seed"] == seeds[:1]
+        assert {k: v for k, v in s["sweep"].items() if k != "seed"} == \
+            {k: v for k, v in exp["sweep"].items() if k != "seed"}
+    assert smoke_cut(full)["experiments"].keys() == cut["experiments"].keys()
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """The README's command in a fresh directory: about 5 minutes here (148 jobs, most of them a
+    Python start-up), so the test that reads it runs under `-m slow`, outside `make test`."""
+    wd = tmp_path_factory.mktemp("paper")
+    shutil.copytree(REPO / "config", wd / "config")
+    (wd / ".venv").symlink_to(REPO / ".venv")
+    argv = COMMAND.split()
+    argv[0] = str(Path(sys.executable).parent / "snakemake")
+    res = subprocess.run([*argv, "-s", str(REPO / "Snakefile")], cwd=wd, capture_output=True, text=True,
+                         timeout=900)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-5000:]
+    return wd, res.stdout + res.stderr
+
+
+@pytest.mark.slow
+def test_every_paper_experiment_runs_to_its_report(smoke_run):
+    wd, out = smoke_run
+    names = list(yaml.safe_load(PAPER.read_text())["experiments"])
+    index = (wd / "reports" / "index.html").read_text()
+    for name in names:
+        exp = f"{name}_smoke"
+        assert (wd / "reports" / f"{exp}.html").exists(), exp
+        assert exp in index
+        v = pd.read_parquet(wd / "results" / exp / "verdicts.parquet")
+        assert len(v) and v["verdict"].notna().all(), exp
+        epochs = pd.read_parquet(wd / "results" / exp / "curves.parquet", columns=["epoch"])["epoch"]
+        assert epochs.max() == SMOKE["epochs"], exp
+        assert not (wd / "results" / name).exists()      # a real run's folder is never written
