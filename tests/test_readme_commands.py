@@ -57,13 +57,19 @@ def checkout(tmp_path_factory):
     return wd
 
 
-@pytest.mark.parametrize("command", COMMANDS)
+def _marked(command):
+    """The estimate of config/paper.yaml times every shape of the paper (minutes): under -m slow."""
+    slow = "--estimate" in command and "config/paper.yaml" in command
+    return pytest.param(command, marks=pytest.mark.slow if slow else ())
+
+
+@pytest.mark.parametrize("command", [_marked(c) for c in COMMANDS])
 def test_command_works_as_written(checkout, command):
     argv = [a.replace("EXP", "tiny").replace("<experiment>", "tiny") for a in shlex.split(command)]
     if "--report" in argv:
         pytest.skip("needs a finished run: tests/test_load.py::test_snakemake_report_zip runs it after one")
     if "--lint" in argv:          # exits 1 on any warning: there must be none
-        res = subprocess.run(argv, cwd=checkout, capture_output=True, text=True, timeout=300)
+        res = subprocess.run(argv, cwd=checkout, capture_output=True, text=True, timeout=900)
         found = [line.strip()[2:] for line in (res.stdout + res.stderr).splitlines() if line.startswith("    * ")]
         assert res.returncode == 0 and not found, found
         assert "Traceback" not in res.stdout + res.stderr
@@ -72,7 +78,7 @@ def test_command_works_as_written(checkout, command):
         argv.append("-n")
     elif argv[0].endswith("icl") and argv[1:2] not in (["check"], ["--help"]):
         argv.append("--help")
-    res = subprocess.run(argv, cwd=checkout, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(argv, cwd=checkout, capture_output=True, text=True, timeout=900)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-3000:]
     assert "Traceback" not in out and "Exception" not in out, out[-3000:]
