@@ -25,6 +25,7 @@ def main() -> None:
     p.add_argument("--config", default=str(REPO / "config.yaml"))
     p.add_argument("--logs", help="logs/ of a finished run of --config (skips the run)")
     p.add_argument("--cores", type=int, default=2)
+    p.add_argument("--workdir", help="run in this folder and keep its results/ (default: a temporary one)")
     args = p.parse_args()
 
     from icl.config import load
@@ -36,7 +37,8 @@ def main() -> None:
     print(f"estimate: {time.perf_counter() - t:.1f} s to calibrate")
     print(report(rows, args.cores))
 
-    with tempfile.TemporaryDirectory() as wd:
+    with tempfile.TemporaryDirectory() as tmp:
+        wd = args.workdir or tmp
         logs = args.logs
         if logs is None:
             t = time.perf_counter()

@@ -68,7 +68,7 @@ BAD = [  # (path, value, words the message must contain)
 ]
 
 
-@pytest.mark.parametrize("path,value,words", BAD, ids=[f"{p}={v!r}"[:40] for p, v, _ in BAD])
+@pytest.mark.parametrize("path,value,words", BAD, ids=[(f"{p} deleted" if v is _DEL else f"{p}={v!r}")[:40] for p, v, _ in BAD])
 def test_bad_config_named(tiny_raw, path, value, words):
     with pytest.raises(ConfigError) as e:
         validate(_set(tiny_raw, path, value))

@@ -27,7 +27,7 @@ LONG = {
             "task": {"kind": "cosine", "L": 1.0, "c": 0.5},
             "prompts": {"N": 16, "train": 64, "test": 64},
             "models": [{"name": "blk", "kind": "transformer_block", "optimizer": "adam", "lr": 3e-3, "width": 16}],
-            "train": {"epochs": 600, "log_every": 50, "checkpoint_every": 100},
+            "train": {"epochs": 300, "log_every": 25, "checkpoint_every": 100},
             "sweep": {"task.L": [0.3, 1.0], "seed": [0, 1]},
         }
     }
