@@ -23,12 +23,10 @@ def cmd_check(args) -> None:
         print(f"{name}: {len(runs)} runs in {len({r.shard for r in runs})} shards")
     if args.estimate:
         from icl.estimate import estimate, report
-        cores = args.cores or os.cpu_count() or 1
-        rows = estimate(cfg, device=args.device or cfg.get("device", "auto"),
-                        progress=lambda text: print(text, file=sys.stderr, flush=True))
-        print(f"\npredicted training on this machine ({args.device or cfg.get('device', 'auto')}; "
-              "evaluation under shift not included):")
-        print(report(rows, cores))
+        device = args.device or cfg.get("device", "auto")
+        rows = estimate(cfg, device=device, progress=lambda text: print(text, file=sys.stderr, flush=True))
+        print(f"\npredicted training on this machine ({device}; evaluation under shift not included):")
+        print(report(rows, args.cores or os.cpu_count() or 1))
 
 
 def read_plan(path: str) -> dict:

@@ -3,9 +3,9 @@ machine and what each training job asks its scheduler for.
 
 Calibrated, not guessed: for each shape of ensemble an experiment plans (icl.plan.shape_key), its
 largest shard trains a few epochs here (one run of it first; the whole shard where that takes
-seconds), from its own prompt files, with the threads its job would get; the timed parts (prompt files, set-up, one epoch, one logged state, the
-result) are scaled to every shard of that shape by its runs and epochs, and one Python start-up
-(measured) is added per job. Evaluation under shift is a step of its own and not included.
+seconds), from its own prompt files, with the threads its job would get; the timed parts (prompt
+files, set-up, one epoch, one logged state, the result) are scaled to every shard of that shape by
+its runs, epochs and logged states, and one Python start-up (measured) is added per job. Evaluation under shift is a step of its own and not included.
 
     icl check --estimate config/paper.yaml
     icl check --estimate config/paper.yaml --device cuda     # on a GPU node: that node's figures
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from icl.data import data_spec
-from icl.plan import Run, plan, shape_key, shard_mem_mb, shards, stable_hash, train_threads
+from icl.plan import Run, log_epochs, plan, shape_key, shard_mem_mb, shards, stable_hash, train_threads
 
 CALIBRATION_EPOCHS = 3
 SMALL = 4             # prompts of the first, cheapest timing
@@ -43,7 +43,7 @@ class Calibration:
     def seconds(self, n_runs: int, epochs: int, log_every: int, startup_s: float) -> float:
         """A job of n_runs runs of this shape: its start-up plus the calibrated parts, scaled by
         runs (an ensemble's work grows with its runs) and by epochs and logged states."""
-        logged = epochs // log_every + 1
+        logged = len(log_epochs(epochs, log_every))
         per_shard = self.prepare_s + epochs * self.epoch_s + logged * self.log_s + self.write_s
         return startup_s + per_shard * n_runs / self.runs
 
@@ -121,7 +121,7 @@ def _timed(members: list[Run], device: str, threads: int, epochs: int, prompts: 
     return Calibration(len(members), prepare, float(np.median(times)), log, write)
 
 
-def estimate(cfg: dict, device: str = "auto", cores: int | None = None, progress=None) -> list[dict]:
+def estimate(cfg: dict, device: str = "auto", progress=None) -> list[dict]:
     """One row per training job of every experiment of a validated config: experiment, shard,
     runs, predicted seconds and the memory it asks for (mem_mb). Calibrates each shape once."""
     startup = startup_seconds()
