@@ -1,12 +1,12 @@
-"""Memory of a training shard: the planner's estimate (icl.plan.run_bytes) against the measured
-peak, per run, at the paper's sizes (d=15, K=4, N=100, 300 training and 1000 test prompts).
+"""Memory of a training shard: each model kind's estimate (Model.train_bytes, which the planner
+cuts shards by) against the measured peak, per run, at the shapes of config/paper.yaml.
 
-Each measurement trains a shard of R runs for 2 epochs in a subprocess and reads its peak RSS;
-the memory of one run in the ensemble is the slope between two shard sizes, so the fixed cost
-of Python, torch and the prompt cache cancels.
+Each measurement trains a shard of R runs for 2 epochs (logging every epoch) in a subprocess and
+reads its peak RSS; the memory of one run in the ensemble is the slope between two shard sizes,
+so the fixed cost of Python, torch, the prompt cache and the chunked forwards cancels.
 
-    .venv/bin/python benchmarks/memory.py
-    .venv/bin/python benchmarks/memory.py --models gpt32 --sizes 2 6
+    .venv/bin/python benchmarks/memory.py                       # every workload below
+    .venv/bin/python benchmarks/memory.py --only block_count softmax_q_count
 """
 from __future__ import annotations
 
@@ -18,31 +18,42 @@ import subprocess
 import sys
 import tempfile
 
-MODELS = {
-    "softmax_q": {"name": "m", "kind": "softmax_q", "optimizer": "gd", "lr": 1.0},
-    "block32": {"name": "m", "kind": "transformer_block", "optimizer": "adam", "lr": 1e-3, "width": 32},
-    "block64": {"name": "m", "kind": "transformer_block", "optimizer": "adam", "lr": 1e-3, "width": 64},
-    "gpt32": {"name": "m", "kind": "gpt", "optimizer": "adam", "lr": 1e-3, "width": 32, "layers": 3, "heads": 2,
-              "positions": 201},
+LDL = {"tokens": {"kind": "discrete", "d": 15, "K": 4, "delta": 3.0}, "task": {"kind": "cosine", "L": 1.0, "c": 0.5},
+       "prompts": {"N": 100, "train": 300, "test": 1000}}
+POLY = {"tokens": {"kind": "gaussian", "d": 30}, "task": {"kind": "polynomial", "L": 1.0},
+        "prompts": {"N": 150, "train": 500, "test": 1000}}
+ZFB = {"tokens": {"kind": "gaussian", "d": 20}, "task": {"kind": "linear"},
+       "prompts": {"N": 100, "train": 5000, "test": 5000}}
+GPT = {"tokens": {"kind": "gaussian", "d": 20}, "task": {"kind": "linear"},
+       "prompts": {"N": 100, "train": 64, "test": 64}}
+SQ = {"name": "m", "kind": "softmax_q", "optimizer": "gd", "lr": 1.0}
+BLOCK = {"name": "m", "kind": "transformer_block", "optimizer": "adam", "lr": 1e-3, "width": 64}
+WORKLOADS = {   # name: (data, model, train settings, the two shard sizes), as in config/paper.yaml
+    "softmax_q_count": (LDL, SQ, {}, (32, 256)),              # ldl_cosine: the count form
+    "block_count": (LDL, BLOCK, {}, (8, 64)),
+    "softmax_q_token": (POLY, SQ, {}, (4, 32)),               # ldl_polynomial: the token form
+    "block_token": (POLY, BLOCK, {}, (2, 12)),
+    "lsa_fresh": (ZFB, {"name": "m", "kind": "lsa", "optimizer": "adam", "lr": 1e-2}, {"fresh": True}, (2, 12)),
+    "block_fresh": (ZFB, BLOCK, {"fresh": True}, (2, 8)),     # zfb_fixed at N=100
+    "gpt_paper": (GPT, {"name": "m", "kind": "gpt", "optimizer": "adam", "lr": 1e-4, "layers": 12, "heads": 8,
+                        "width": 256, "positions": 401}, {"fresh": True}, (1, 3)),   # zfb_gpt, 64 test prompts
 }
 
 
-def config(model: dict, runs: int) -> dict:
-    return {"experiments": {"mem": {
-        "tokens": {"kind": "discrete", "d": 15, "K": 4, "delta": 3.0},
-        "task": {"kind": "cosine", "L": 1.0, "c": 0.5},
-        "prompts": {"N": 100, "train": 300, "test": 1000},
-        "models": [model], "train": {"epochs": 2, "log_every": 1},
-        "sweep": {"seed": list(range(runs))}}}, "shard_size": 100000, "memory_budget_mb": 10**6}
+def config(name: str, runs: int) -> dict:
+    data, model, train, _ = WORKLOADS[name]
+    return {"experiments": {"mem": {**data, "models": [model], "train": {"epochs": 2, "log_every": 1, **train},
+                                    "sweep": {"seed": list(range(runs))}}},
+            "shard_size": 100000, "memory_budget_mb": 10**6}
 
 
-def one(model_key: str, runs: int) -> None:
+def one(name: str, runs: int) -> None:
     """Child: train one shard of `runs` runs, print its peak RSS in MB and the estimate."""
     from icl.config import validate
     from icl.data import write_dataset
     from icl.plan import plan, run_bytes
     from icl.train import train_shard
-    cfg = validate(config(MODELS[model_key], runs))
+    cfg = validate(config(name, runs))
     recs = plan(cfg, "mem")
     with tempfile.TemporaryDirectory() as tmp:
         paths = {}
@@ -57,29 +68,29 @@ def one(model_key: str, runs: int) -> None:
     print(json.dumps({"peak_mb": peak, "before_mb": base, "estimate_mb": run_bytes(recs[0].spec) / 2**20}))
 
 
-def measure(model_key: str, runs: int) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--one", model_key, str(runs)], capture_output=True,
-                         text=True, check=True)
+def measure(name: str, runs: int) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--one", name, str(runs)], capture_output=True, text=True)
+    if out.returncode:
+        sys.exit(f"{name} with {runs} runs failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sizes", nargs=2, type=int, default=[6, 30], help="the two shard sizes R")
-    p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    p.add_argument("--only", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
     p.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
         one(args.one[0], int(args.one[1]))
         return
-    r1, r2 = args.sizes
-    print(f"{'model':10} {'peak RSS R=' + str(r1):>16} {'peak RSS R=' + str(r2):>16} "
-          f"{'measured MB/run':>16} {'estimated MB/run':>17} {'estimate/measured':>18}")
-    for key in args.models:
-        a, b = measure(key, r1), measure(key, r2)
+    print(f"{'workload':16} {'R1':>4} {'R2':>4} {'peak MB R1':>11} {'peak MB R2':>11} {'measured MB/run':>16} "
+          f"{'estimated MB/run':>17} {'estimate/measured':>18}")
+    for name in args.only:
+        r1, r2 = WORKLOADS[name][3]
+        a, b = measure(name, r1), measure(name, r2)
         per_run = (b["peak_mb"] - a["peak_mb"]) / (r2 - r1)
-        print(f"{key:10} {a['peak_mb']:16.0f} {b['peak_mb']:16.0f} {per_run:16.1f} {a['estimate_mb']:17.1f} "
-              f"{a['estimate_mb'] / per_run:18.2f}")
+        print(f"{name:16} {r1:>4} {r2:>4} {a['peak_mb']:11.0f} {b['peak_mb']:11.0f} {per_run:16.2f} "
+              f"{a['estimate_mb']:17.2f} {a['estimate_mb'] / per_run:18.2f}", flush=True)
 
 
 if __name__ == "__main__":

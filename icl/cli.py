@@ -30,7 +30,7 @@ def cmd_check(args) -> None:
 
 
 def read_plan(path: str) -> dict:
-    from icl.io import read_plan    # pandas and pyarrow load only for the steps that read tables
+    from icl.files import read_plan    # pandas and pyarrow load only for the steps that read tables
     return read_plan(path)
 
 
@@ -70,7 +70,7 @@ def _shard_job(args, pl: dict, runs: list[dict]) -> tuple[list[dict], dict, str]
         sys.exit(f"error: shard {args.shard} is not in {args.plan}; rerun snakemake to refresh the plan")
     t = time.time()
     stale = os.path.getmtime(args.code_stamp) if args.code_stamp else None
-    paths = ensure_datasets(mine, args.prompts_dir, stale)
+    paths = ensure_datasets(mine, args.prompts_dir, stale, workers=args.threads or 1)
     print(f"[{args.shard}] {len(paths)} prompt files ready in {time.time() - t:.2f}s", file=sys.stderr, flush=True)
     return mine, paths, args.device or pl["settings"].get("device", "auto")
 

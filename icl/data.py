@@ -45,13 +45,17 @@ def feature_probs(tokens: dict) -> np.ndarray:
     return np.asarray(tokens.get("probs") or np.full(tokens["K"], 1.0 / tokens["K"]), float)
 
 
+def feature_indices(tokens: dict, n_prompts: int, n_tok: int, g: np.random.Generator) -> np.ndarray:
+    """The feature of every token of discrete prompts (P, T), drawn with the features' probabilities."""
+    probs = feature_probs(tokens)
+    return g.choice(tokens["K"], size=(n_prompts, n_tok), p=probs / probs.sum())
+
+
 def sample_tokens(tokens: dict, feats, n_prompts: int, n_tok: int, g: np.random.Generator):
     """Returns x (P, T, d) and the feature index of each token (P, T), -1 for continuous tokens."""
     d = tokens["d"]
     if tokens["kind"] == "discrete":
-        K = tokens["K"]
-        probs = feature_probs(tokens)
-        idx = g.choice(K, size=(n_prompts, n_tok), p=probs / probs.sum())
+        idx = feature_indices(tokens, n_prompts, n_tok, g)
         x = feats[idx]
         if tokens.get("noise", 0.0) > 0:
             x = x + tokens["noise"] * g.standard_normal(x.shape)
@@ -97,11 +101,22 @@ def covariance(tokens: dict) -> np.ndarray:
     return np.diag(lam) if R is None else (R * lam) @ R.T
 
 
-def make_split(spec: dict, feats, n_prompts: int, stream: int, N: int | None = None) -> dict:
-    """n_prompts prompts of N context tokens (default: the spec's N) and a query (last)."""
+def make_split(spec: dict, feats, n_prompts: int, stream: int, N: int | None = None, tokens: bool = True) -> dict:
+    """n_prompts prompts of N context tokens (default: the spec's N) and a query (last).
+
+    Noiseless discrete tokens are their features, so the labels are drawn at the K features of
+    each prompt and picked per token: the same draws and the same numbers as labelling every
+    token (a prompt's function is drawn once, whatever it is evaluated at), without the (P, T, d)
+    tokens; with `tokens=False` those are not made at all (write_dataset keeps the indices)."""
     g = rng(spec["seed"], stream)
     n_tok = (N or spec["prompts"]["N"]) + 1
-    x, idx = sample_tokens(spec["tokens"], feats, n_prompts, n_tok, g)
+    tok = spec["tokens"]
+    if tok["kind"] == "discrete" and not tok.get("noise"):
+        idx = feature_indices(tok, n_prompts, n_tok, g)
+        at_features = sample_labels(spec["task"], np.broadcast_to(feats, (n_prompts, *feats.shape)), g)
+        out = {"y": np.take_along_axis(at_features, idx, 1).astype(np.float32), "feat": idx.astype(np.int16)}
+        return {"x": feats[idx].astype(np.float32), **out} if tokens else out
+    x, idx = sample_tokens(tok, feats, n_prompts, n_tok, g)
     y = sample_labels(spec["task"], x, g)
     return {"x": x.astype(np.float32), "y": y.astype(np.float32), "feat": idx.astype(np.int16)}
 
@@ -111,26 +126,33 @@ def fresh_batch(spec: dict, feats, epoch: int) -> dict:
     return make_split(spec, feats, spec["prompts"]["train"], STREAM_FRESH + epoch)
 
 
-def make_dataset(spec: dict) -> dict:
-    """All arrays of one dataset: features, train and test splits."""
+def make_dataset(spec: dict, tokens: bool = True) -> dict:
+    """All arrays of one dataset: features, train and test splits (the splits' tokens x too where
+    `tokens` or where they are not their features' rows)."""
     tok = spec["tokens"]
     feats = features(tok, spec["seed"]) if tok["kind"] == "discrete" else np.zeros((0, tok["d"]))
-    tr = make_split(spec, feats, spec["prompts"]["train"], STREAM_TRAIN)
-    te = make_split(spec, feats, spec["prompts"]["test"], STREAM_TEST)
+    tr = make_split(spec, feats, spec["prompts"]["train"], STREAM_TRAIN, tokens=tokens)
+    te = make_split(spec, feats, spec["prompts"]["test"], STREAM_TEST, tokens=tokens)
     out = {"features": feats.astype(np.float32)}
     out.update({f"train_{k}": v for k, v in tr.items()})
     out.update({f"test_{k}": v for k, v in te.items()})
     return out
 
 
+def prompt_file_bytes(spec: dict) -> int:
+    """One run's prompts as they are drawn, written and read back: labels (float32) and feature
+    indices (int16) of every token, and the tokens (float32) where they are not their features'
+    rows. Training holds a group of these while it prepares the model's form (icl.train)."""
+    p, tok = spec["prompts"], spec["tokens"]
+    stored = tok["kind"] != "discrete" or bool(tok.get("noise"))
+    return (p["train"] + p["test"]) * (p["N"] + 1) * (4 + 2 + (4 * tok["d"] if stored else 0))
+
+
 def write_dataset(spec: dict, path: str) -> None:
     """Write atomically: a half-written file never carries the final name. Discrete tokens
     without noise are their features, x = features[feat] exactly, so the file keeps the indices
     and not the tokens (15x smaller at LDL's sizes); readers rebuild x (with_tokens)."""
-    arrays = make_dataset(spec)
-    tok = spec["tokens"]
-    if tok["kind"] == "discrete" and not tok.get("noise"):
-        arrays = {k: v for k, v in arrays.items() if not k.endswith("_x")}
+    arrays = make_dataset(spec, tokens=False)
     with atomic_path(path) as tmp:
         np.savez(tmp, **arrays)
 
@@ -143,19 +165,34 @@ def with_tokens(z, key: str) -> np.ndarray:
     return z[key]
 
 
-def ensure_datasets(runs: list[dict], prompts_dir: str, stale_before: float | None = None) -> dict:
+def ensure_datasets(runs: list[dict], prompts_dir: str, stale_before: float | None = None, workers: int = 1) -> dict:
     """The prompt file of every run, written where it is missing (or older than `stale_before`,
     a time stamp: the workflow's code stamp when reruns on code change are on). Returns
-    {data_id: path}. The training job makes its own prompts, in one process, instead of one job
-    per dataset; jobs that share a dataset may both write it: the content is a function of the
-    data spec, and each writes its own temporary file before the rename."""
+    {data_id: path}. The training job makes its own prompts, in one process (or `workers`
+    forked ones: a job given several threads writes with all of them) instead of one job per
+    dataset; jobs that share a dataset may both write it: the content is a function of the data
+    spec, and each writes its own temporary file before the rename."""
+    from icl.parallel import Forked
     os.makedirs(prompts_dir, exist_ok=True)
-    paths = {}
+    paths, todo = {}, []
     for r in runs:
-        path = paths.setdefault(r["data_id"], os.path.join(prompts_dir, f"{r['data_id']}.npz"))
+        if r["data_id"] in paths:
+            continue
+        path = paths[r["data_id"]] = os.path.join(prompts_dir, f"{r['data_id']}.npz")
         if not os.path.exists(path) or (stale_before is not None and os.path.getmtime(path) < stale_before):
-            write_dataset(data_spec(r["spec"]), path)
+            todo.append((data_spec(r["spec"]), path))
+    if workers > 1 and len(todo) > 1:      # a forked worker per share of the files
+        shares = [todo[i::workers] for i in range(workers)]
+        with Forked(_write_all, shares, workers) as work:
+            work.results()
+    else:
+        _write_all(todo)
     return paths
+
+
+def _write_all(todo: list) -> None:
+    for spec, path in todo:
+        write_dataset(spec, path)
 
 
 class Dataset:
@@ -165,8 +202,8 @@ class Dataset:
 
     def __init__(self, path: str):
         self.path = path
-        files = set(self._read(lambda z: z.files))
-        self.keys = files | {k[:-5] + "_x" for k in files if k.endswith("_feat") and "features" in files}
+        self.files = set(self._read(lambda z: z.files))
+        self.keys = self.files | {k[:-5] + "_x" for k in self.files if k.endswith("_feat") and "features" in self.files}
 
     def _read(self, what):
         try:
@@ -178,6 +215,15 @@ class Dataset:
 
     def __getitem__(self, key: str) -> np.ndarray:
         return self._read(lambda z: with_tokens(z, key))
+
+    def read(self, keys) -> dict:
+        """Several arrays at once, the file opened once (each opening parses the archive)."""
+        return self._read(lambda z: {k: with_tokens(z, k) for k in keys})
+
+    def split(self, split: str) -> dict:
+        """Every stored array of one split (train or test) and the features, in one opening; the
+        tokens only where the file stores them (a reader rebuilds the others when asked)."""
+        return self.read([k for k in self.files if k.startswith(f"{split}_") or k == "features"])
 
 
 def read_dataset(path: str) -> dict:

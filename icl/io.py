@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from icl.files import atomic_path
+from icl.files import atomic_path, read_plan  # noqa: F401  (read_plan: plan.json, for every reader)
 
 PROVENANCE_KEY = b"icl"     # every table's key-value metadata: where and by what code it was made
 
@@ -58,17 +58,6 @@ def read_parquet(path: str, run_ids=None, **kw) -> pd.DataFrame:
     except Exception as e:
         raise RuntimeError(f"table {path} is unreadable ({type(e).__name__}: {e}); delete it and rerun "
                            "snakemake to rebuild it") from None
-
-
-def read_plan(path: str) -> dict:
-    """plan.json (written by `icl plan`): the experiment's name, validated config and run specs."""
-    if not os.path.exists(path):
-        raise RuntimeError(f"plan file {path} not found; the workflow writes it (snakemake results/<experiment>/plan.json)")
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except (OSError, json.JSONDecodeError) as e:
-        raise RuntimeError(f"plan file {path} is unreadable ({e}); delete it and rerun snakemake") from None
 
 
 def read_shard(path: str, only: tuple[str, ...] = ()) -> dict:

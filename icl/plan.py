@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from icl import models
 from icl.config import check_experiment
-from icl.data import data_spec
+from icl.data import data_spec, prompt_file_bytes
 from icl.errors import ConfigError
 from icl.sweep import expand, sweep_keys
 
@@ -53,19 +53,26 @@ def shape_key(spec: dict) -> dict:
 
 
 def run_bytes(spec: dict) -> int:
-    """Peak memory of one run inside a training ensemble, an upper bound with some slack
-    (benchmarks/memory.py measures it against the real peak: 1.2x at the paper's sizes): the
-    model kind's own estimate (Model.train_bytes). Evaluation under shift is a step of its own,
-    budgeted by eval_bytes."""
+    """Peak memory of one run inside a training ensemble: the model kind's own estimate
+    (Model.train_bytes; benchmarks/memory.py measures it against the slope of the real peak over
+    two shard sizes, within 25 % at the paper's shapes). Evaluation under shift is a step of its
+    own, budgeted by eval_bytes."""
     return models.MODELS[spec["model"]["kind"]].train_bytes(spec)
 
 
 JOB_BASE_MB = 1500     # Python, torch, and on a cluster Snakemake twice (~170 MB each) beside the job
+LOAD_GROUP = 16        # runs whose prompt files a training job holds at once while preparing them (icl.train)
+
+
+def load_bytes(spec: dict, n_runs: int) -> int:
+    """What a training job holds once, whatever its runs: the prompt files of one group of runs
+    as they are read, before the model's form of them (a shard's fixed cost, not a run's)."""
+    return min(n_runs, LOAD_GROUP) * prompt_file_bytes(spec)
 
 
 def shard_mem_mb(members: list[Run]) -> int:
     """The memory a training job of these runs asks its scheduler for (mem_mb)."""
-    return JOB_BASE_MB + sum(run_bytes(r.spec) for r in members) // 2**20
+    return JOB_BASE_MB + (sum(run_bytes(r.spec) for r in members) + load_bytes(members[0].spec, len(members))) // 2**20
 
 
 def train_threads(n_shards: int) -> int:
@@ -107,11 +114,13 @@ def plan(cfg: dict, name: str) -> list[Run]:
         groups.setdefault(stable_hash(shape_key(run.spec)), []).append(run)
     for key, members in groups.items():
         need = run_bytes(members[0].spec)
-        if need > budget:
+        if need + load_bytes(members[0].spec, 1) > budget:
             raise ConfigError(
-                f"experiments.{name}: one run needs about {need / 2**20:.0f} MB, more than memory_budget_mb="
-                f"{cfg['memory_budget_mb']}; reduce prompts.N/train/test or model width, or raise memory_budget_mb")
-        size = max(1, min(cfg["shard_size"], budget // need))
+                f"experiments.{name}: one run needs about {(need + load_bytes(members[0].spec, 1)) / 2**20:.0f} MB, "
+                f"more than memory_budget_mb={cfg['memory_budget_mb']}; reduce prompts.N/train/test or model width, "
+                "or raise memory_budget_mb")
+        fixed = load_bytes(members[0].spec, len(members))
+        size = max(1, min(cfg["shard_size"], (budget - fixed) // need if budget > fixed else 1))
         model = members[0].spec["model"]["kind"]
         order = lambda r: sweep_position(r.spec, keys) + [r.run_id]
         for chunk in chunks(sorted(members, key=order), size):

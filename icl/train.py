@@ -19,7 +19,7 @@ import torch
 from icl import models, optim
 from icl.data import fresh_batch, read_datasets
 from icl.files import atomic_path
-from icl.plan import log_epochs
+from icl.plan import LOAD_GROUP, log_epochs
 from icl.provenance import code_hash, code_version
 
 
@@ -115,40 +115,52 @@ class Trace:
         self._sum, self._n = {}, 0
 
 
-def reference_losses(runs: list[dict], cache: dict) -> dict:
-    """Per run, what needs no training on its own prompts (icl.baselines): the loss of uniform
-    attention (the mean of the context labels) on the train and the test prompts, and of the
-    feature oracle on the test prompts (NaN for continuous tokens). Claims measure a model's
-    learning against these, not against its own initial loss, which a random head can put
-    anywhere."""
+def reference_losses(split: str, arrays: dict) -> dict:
+    """What needs no training on a run's own prompts (icl.baselines), from one split's arrays as
+    read for training: the loss of uniform attention (the mean of the context labels) and, on the
+    test prompts, of the feature oracle (discrete tokens only). Claims measure a model's learning
+    against these, not against its own initial loss, which a random head can put anywhere."""
     from icl.baselines import REGISTRY
-    out = {k: np.full(len(runs), np.nan) for k in ("uniform_train_loss", "uniform_test_loss", "oracle_test_loss")}
-    memo: dict = {}
-    for i, r in enumerate(runs):
-        if r["data_id"] not in memo:
-            ds, vals = cache[r["data_id"]], {}
-            for split in ("train", "test"):
-                y = ds[f"{split}_y"].astype(float)
-                half_mse = lambda pred: 0.5 * float(np.mean((pred - y[:, -1]) ** 2))
-                vals[f"uniform_{split}_loss"] = half_mse(REGISTRY["uniform_attention"].predict(None, y, None, 0, None))
-                if split == "test" and f"{split}_feat" in ds.keys and (ds[f"{split}_feat"] >= 0).all():
-                    feat = ds[f"{split}_feat"]
-                    vals["oracle_test_loss"] = half_mse(REGISTRY["feature_oracle"].predict(None, y, feat, 0, None))
-            memo[r["data_id"]] = vals
-        for k, v in memo[r["data_id"]].items():
-            out[k][i] = v
+    y = arrays[f"{split}_y"].astype(float)
+    half_mse = lambda pred: 0.5 * float(np.mean((pred - y[:, -1]) ** 2))
+    out = {f"uniform_{split}_loss": half_mse(REGISTRY["uniform_attention"].predict(None, y, None, 0, None))}
+    feat = arrays.get(f"{split}_feat")
+    if split == "test" and feat is not None and (feat >= 0).all():
+        out["oracle_test_loss"] = half_mse(REGISTRY["feature_oracle"].predict(None, y, feat, 0, None))
     return out
 
 
+REFERENCE_KEYS = ("uniform_train_loss", "uniform_test_loss", "oracle_test_loss")
+
+
 def load_prompts(model, runs: list[dict], cache: dict, split: str, dev, diagnose: bool = True,
-                 group: int = 16) -> models.Batch:
+                 group: int = LOAD_GROUP, references: dict | None = None) -> models.Batch:
     """One split of every run's prompts in the model's form, stacked along the run axis. Runs
     are prepared a group at a time, so a compact form (softmax_q's counts) never holds every
-    run's tokens at once, and only the arrays the model asks for are read from the files."""
+    run's tokens at once; each file is opened once. `references` (data_id -> values), where
+    given, gets each dataset's reference losses of this split from the same arrays."""
     def arrays(members):
-        name = lambda key: key if key == "features" else f"{split}_{key}"
-        return lambda key: torch.from_numpy(np.stack([cache[r["data_id"]][name(key)] for r in members])).to(dev)
-    return models.Batch.cat([model.prepare(arrays(runs[i:i + group]), diagnose) for i in range(0, len(runs), group)])
+        stored = {d: cache[d].split(split) for d in dict.fromkeys(r["data_id"] for r in members)}   # one opening each
+        if references is not None:
+            for d, arrs in stored.items():
+                references.setdefault(d, {}).update(reference_losses(split, arrs))
+
+        def one(r, key):
+            key = key if key == "features" else f"{split}_{key}"
+            return stored[r["data_id"]][key] if key in stored[r["data_id"]] else cache[r["data_id"]][key]
+        return lambda key: torch.from_numpy(np.stack([one(r, key) for r in members])).to(dev)
+    out = None
+    for i in range(0, len(runs), group):
+        part = model.prepare(arrays(runs[i:i + group]), diagnose)
+        if out is None:    # the whole shard's tensors, allocated once and filled group by group (no
+            # concatenation at the end, and every allocation of a group is freed before the next one)
+            full = lambda d: {k: v.new_empty((len(runs), *v.shape[1:])) for k, v in d.items()}
+            out = models.Batch(full(part.prompts), full(part.runs))
+        for mine, theirs in ((out.prompts, part.prompts), (out.runs, part.runs)):
+            for k, v in theirs.items():
+                mine[k][i:i + len(v)] = v
+        del part
+    return out
 
 
 def fresh_prompts(model, runs, cache, epoch: int, dev) -> models.Batch:
@@ -168,8 +180,9 @@ class ShardTraining:
         self.seeds = [r["spec"]["seed"] for r in runs]
         self.model = models.build(spec0["model"], spec0["tokens"])
         self.cache = read_datasets(runs, data_paths)
-        self.train = load_prompts(self.model, runs, self.cache, "train", dev)
-        self.test = load_prompts(self.model, runs, self.cache, "test", dev, False)
+        self.references: dict = {}
+        self.train = load_prompts(self.model, runs, self.cache, "train", dev, references=self.references)
+        self.test = load_prompts(self.model, runs, self.cache, "test", dev, False, references=self.references)
         self.train.runs.update(self.model.extras([r["spec"] for r in runs], dev))
         lr = torch.tensor([r["spec"]["model"]["lr"] for r in runs], dtype=torch.float32, device=dev)
         self.opt = optim.build(spec0["model"]["optimizer"], lr)
@@ -258,7 +271,7 @@ class ShardTraining:
             "code_version": np.asarray(code_version()), "code_hash": np.asarray(code_hash()),
             **self.logs.arrays,
             **{f"trace_{k}": v for k, v in self.trace.arrays.items()},
-            **reference_losses(self.runs, self.cache),
+            **{k: np.asarray([self.references[r["data_id"]].get(k, np.nan) for r in self.runs]) for k in REFERENCE_KEYS},
             "tokens_K": np.asarray(self.model.K or 0), "prompts_N": np.asarray(self.runs[0]["spec"]["prompts"]["N"]),
             "train_fresh": np.asarray(bool(self.tr.get("fresh"))),
             **{f"param_{k}": v.detach().cpu().numpy() for k, v in self.params.items()},
@@ -276,6 +289,7 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
           + (f" ({torch.cuda.get_device_name(dev)}, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
              if dev.type == "cuda" else f" ({torch.get_num_threads()} threads)"), file=sys.stderr, flush=True)
     ckpt = Checkpoint(out_path + ".ckpt", [r["run_id"] for r in runs], label)
+    t_setup = time.time()
     sh = ShardTraining(runs, data_paths, dev, ckpt.load(dev))
     prog, t0 = Progress(label, sh.epochs), time.time()
     every = sh.tr.get("checkpoint_every", 50)
@@ -288,10 +302,14 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
     if sh.epochs in sh.pos:
         sh.log(sh.epochs)                   # the state training ended in
     prog.update(sh.epochs, sh.start, int(sh.active.sum()), len(runs), force=True)
-    out = sh.result(sh.elapsed0 + time.time() - t0)
+    t_loop = time.time()
+    out = sh.result(sh.elapsed0 + t_loop - t0)
     with atomic_path(out_path) as tmp:
         np.savez(tmp, **out)
     ckpt.remove()
+    print(f"[{label}] done: setup {t0 - t_setup:.2f}s, training {t_loop - t0:.2f}s, writing {time.time() - t_loop:.2f}s, "
+          f"{torch.get_num_threads()} threads",
+          file=sys.stderr, flush=True)
     return out
 
 

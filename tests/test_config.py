@@ -103,7 +103,7 @@ def test_defaults_filled(tiny_raw):
     exp = cfg["experiments"]["tiny"]
     assert exp["tokens"]["noise"] == 0.0 and exp["tokens"]["features"] == "orthogonal"
     assert exp["models"][1]["ffn_mult"] == 4 and "width" not in exp["models"][0]
-    assert cfg["shard_size"] == 256 and cfg["device"] == "auto"
+    assert cfg["shard_size"] == 512 and cfg["device"] == "auto"
 
 
 def test_sweep_expansion_and_stable_ids(tiny_raw):

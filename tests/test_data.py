@@ -120,3 +120,22 @@ def test_noiseless_discrete_files_rebuild_their_tokens_exactly(tmp_path):
         for k in made:
             np.testing.assert_array_equal(read[k], made[k], err_msg=k)
             np.testing.assert_array_equal(Dataset(path)[k], made[k], err_msg=k)
+
+
+def test_discrete_labels_drawn_at_the_features_equal_labelling_every_token():
+    """make_split labels noiseless discrete prompts at their K features and picks per token: the
+    same draws and, bit for bit, the same labels as labelling every token x = features[feat]."""
+    from icl.data import make_split, rng, sample_tokens
+    for kind, task in (("cosine", {"kind": "cosine", "L": 1.5, "c": 0.5}), ("polynomial", {"kind": "polynomial", "L": 1.0}),
+                       ("linear", {"kind": "linear"})):
+        for feats_kind in ("orthogonal", "random"):
+            tok = {"kind": "discrete", "d": 15, "K": 4, "delta": 3.0, "features": feats_kind}
+            spec = {"tokens": tok, "task": task, "prompts": {"N": 100}, "seed": 3}
+            feats = features(tok, 3)
+            g = rng(3, 1)
+            x, idx = sample_tokens(tok, feats, 200, 101, g)
+            y = sample_labels(task, x, g).astype(np.float32)
+            got = make_split(spec, feats, 200, 1)
+            assert np.array_equal(got["feat"], idx) and np.array_equal(got["x"], x.astype(np.float32))
+            np.testing.assert_array_equal(got["y"], y, err_msg=f"{kind}, {feats_kind}")
+            assert "x" not in make_split(spec, feats, 200, 1, tokens=False)

@@ -91,3 +91,30 @@ def test_feature_count_form_picks_itself():
     assert SoftmaxQ({}, {**tokens, "noise": 0.0}).by_feature
     assert not SoftmaxQ({}, {**tokens, "noise": 0.1}).by_feature
     assert not SoftmaxQ({}, {"kind": "gaussian", "d": 5}).by_feature
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_count_form_where_the_weights_underflow(dtype):
+    """Scores hundreds apart (a sharp run late in training) with features absent from short prompts:
+    n_k exp(s_jk - max_k s_jk) underflows to 0 for every present feature of some prompts, and the
+    count form takes those in log space. It must still give the token form's prediction and
+    attention, finite."""
+    tokens, x, y, feat, V = _discrete("orthogonal", None, seed=2, N=3, P=200)
+    g = torch.Generator().manual_seed(5)
+    scale = 600.0 if dtype == torch.float64 else 80.0
+    params = {"Q": scale * torch.randn(1, 5, 5, generator=g, dtype=torch.float64).to(dtype)}
+    x, y, V = x.to(dtype), y.to(dtype), V.to(dtype)
+    counted = SoftmaxQ({}, tokens)
+    as_tokens = SoftmaxQ({}, {**tokens, "noise": 1e-300})
+    arrays = {"x": x, "y": y, "feat": feat, "features": V}.__getitem__
+    bc, bt = counted.prepare(arrays), as_tokens.prepare(arrays)
+    s = torch.einsum("rkd,rde,rje->rjk", V, params["Q"], V)[0]
+    j, n = bc["query"][0].argmax(-1), bc["n"][0]
+    direct = (n * torch.exp(s[j] - s[j].amax(-1, keepdim=True))).sum(-1)
+    assert (direct == 0).any(), "the case this test is about: some prompts' weights all underflow"
+    (pc, ac), (pt, at) = counted.predict(params, bc), as_tokens.predict(params, bt)
+    assert torch.isfinite(pc).all() and torch.isfinite(ac).all()
+    tol = {"rtol": 1e-10, "atol": 1e-12} if dtype == torch.float64 else {"rtol": 1e-4, "atol": 1e-5}
+    torch.testing.assert_close(pc, pt, **tol)
+    mass_t = torch.zeros_like(ac).scatter_add_(2, bt["feat"][:, :, :-1], at)
+    torch.testing.assert_close(ac, mass_t, **tol)

@@ -102,9 +102,12 @@ def boot(values, stat=np.median, clusters=None, seed: int = 0, min_units: int = 
     n_units = int(units.max()) + 1 if len(units) else 0
     if n_units < min_units:
         return math.nan, math.nan
-    members = [np.flatnonzero(units == u) for u in range(n_units)]
-    out = np.array([stat(x[np.concatenate([members[u] for u in d])]) for d in stats.resamples(n_units, seed)],
-                   dtype=float)
+    draws = stats.resamples(n_units, seed)
+    if clusters is None and stat in (np.mean, np.median):      # every resample at once, row by row
+        out = stat(x[draws].astype(float), axis=1)
+    else:
+        members = [np.flatnonzero(units == u) for u in range(n_units)]
+        out = np.array([stat(x[np.concatenate([members[u] for u in d])]) for d in draws], dtype=float)
     out = out[np.isfinite(out)]
     if not len(out):
         return math.nan, math.nan

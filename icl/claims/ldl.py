@@ -807,8 +807,9 @@ def _mean_field_at(s: Setting, choices: Choices) -> list[dict]:
         rows.append(s.row(cid, v, prediction=pred, value=float(vals.median()), ci_lo=lo, ci_hi=hi, reason=why,
                           measurement=f"median log ratio {vals.median():+.3f} [{fmt(lo)}, {fmt(hi)}] over {len(vals)} "
                                       f"runs; {within:.0%} of runs within the band, the worst at {vals.abs().max():.3f}"))
+        by_run = {rid: g.to_numpy() for rid, g in per_run}
         for r in df[df["run_id"].isin(vals.index)].sort_values(["seed"]).itertuples():
-            x = err.loc[err["run_id"] == r.run_id, "logratio"].to_numpy()
+            x = by_run[r.run_id]
             q1, q3 = np.percentile(x, [25, 75])
             vr, wr = judge(q1, q3, band, choices, "the run's log ratio (interquartile range over training)")
             rows.append(verdict(cid, vr, model=s.model, group=join(s.label, f"seed={r.seed}"), prediction=pred,

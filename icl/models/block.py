@@ -9,6 +9,8 @@ from icl.models.base import Batch, Model, count_attention_logs, count_batch, ini
 
 torch = lazy_torch(globals())
 
+CHUNK_FLOATS = 2**24      # a forward without gradients goes through the prompts in chunks of about this many floats
+
 
 def _layer_norm(h, g, b, eps=1e-5):
     mu = h.mean(-1, keepdim=True)
@@ -36,11 +38,38 @@ class TransformerBlock(Model):
     column_types = {"width": "Int64", "ffn_mult": "Int64"}
 
     @classmethod
-    def train_bytes(cls, spec: dict) -> int:
-        """The prompts; token features of train and test (cached), temporaries and saved tensors
-        of a pass, and the per-query width vectors."""
-        data, rows, tok_bytes, eval_rows = cls._data_bytes(spec)
-        return data + rows * tok_bytes + 4 * eval_rows * tok_bytes + 4 * eval_rows * spec["model"]["width"] * 16
+    def _tokens(cls, spec: dict) -> int:
+        """Tokens the block reads a prompt as: K + 1 in the count form, N + 1 otherwise."""
+        tok = spec["tokens"]
+        counts = tok["kind"] == "discrete" and not tok.get("noise")
+        return tok["K"] + 1 if counts else spec["prompts"]["N"] + 1
+
+    @classmethod
+    def prompt_floats(cls, spec: dict, diagnose: bool) -> float:
+        """The count form: its K + 1 tokens (x, y), log n, and the counts it was made from."""
+        tok = spec["tokens"]
+        if cls._tokens(spec) == spec["prompts"]["N"] + 1:
+            return super().prompt_floats(spec, diagnose)
+        K, d = tok["K"], tok["d"]
+        return (K + 1) * (d + 1) + K + (4 if diagnose else 3) * K + K / 4 + 1
+
+    @classmethod
+    def cache_floats(cls, spec: dict) -> float:
+        return cls._tokens(spec) * (spec["tokens"]["d"] + 2)          # e_n = [x_n, y_n, 1]
+
+    @classmethod
+    def step_floats(cls, spec: dict) -> float:
+        """A forward's activations (floats_per_prompt), kept for the backward pass, and ~15% more
+        for the gradients flowing back (measured: benchmarks/memory.py)."""
+        m = spec["model"]
+        W, F, T, d = m["width"], m["width"] * m.get("ffn_mult", 4), cls._tokens(spec), spec["tokens"]["d"]
+        return 1.15 * (2 * T * (d + 2) + 20 * W + 3 * F)
+
+    @classmethod
+    def n_params(cls, spec: dict) -> int:
+        m, d = spec["model"], spec["tokens"]["d"]
+        W, F = m["width"], m["width"] * m.get("ffn_mult", 4)
+        return (d + 2) * W + 4 * W * W + 2 * W * F + F + 9 * W + 1
 
     @classmethod
     def eval_bytes(cls, spec: dict, width: int = 1) -> int:
@@ -118,9 +147,25 @@ class TransformerBlock(Model):
 
     def forward(self, params, x, y, log_n=None):
         """Prediction at the query and its attention over the context; `log_n` (R, B, N), where
-        given, is added to the logits (the count form: token n stands for n_k equal tokens)."""
-        p = params
+        given, is added to the logits (the count form: token n stands for n_k equal tokens).
+        Without gradients (the test loss, evaluation) the prompts go through in chunks of about
+        CHUNK_FLOATS floats of activations, so its memory does not grow with the prompts."""
         e = self._features(x, y)
+        R, B, T, D = e.shape
+        rows = max(1, CHUNK_FLOATS // (R * self.floats_per_prompt(T)))
+        if torch.is_grad_enabled() or B <= rows:
+            return self._forward(params, e, log_n)
+        parts = [self._forward(params, e[:, i:i + rows], None if log_n is None else log_n[:, i:i + rows])
+                 for i in range(0, B, rows)]
+        return torch.cat([q[0] for q in parts], 1), torch.cat([q[1] for q in parts], 1)
+
+    def floats_per_prompt(self, T: int) -> int:
+        """Activations of one prompt in a forward: the (T, d+2) products of the LayerNorm scales,
+        about twenty width-W vectors and three of the feed-forward width at the query."""
+        return 2 * T * (self.d + 2) + 20 * self.w + 3 * self.f
+
+    def _forward(self, params, e, log_n):
+        p = params
         A = torch.cat([p["emb_x"], p["emb_y"].unsqueeze(1), p["emb_b"].unsqueeze(1)], dim=1)   # (R, d+2, W)
         At = A - A.mean(-1, keepdim=True)
         G = torch.bmm(At, At.transpose(1, 2)) / self.w

@@ -121,22 +121,22 @@ class GPT(Model):
         return d * W + W + L * per_layer + 2 * W + W + 1 + (m["positions"] * W if m["positional"] == "learned" else 0)
 
     @classmethod
-    def train_bytes(cls, spec: dict) -> int:
-        """The prompts and their token sequences (cached), what a training step keeps for the
-        backward pass (per prompt, token and layer about 8W + 2F floats: the fused attention keeps
-        no tokens × tokens matrix; the gradients flowing back reuse what the layers above freed),
-        fresh prompts, a share of the chunked forward without gradients, and parameters,
-        gradients and Adam's two moments. benchmarks/memory.py: 1.15x the measured peak per run."""
-        data, rows, _, _ = cls._data_bytes(spec)
-        m, p = spec["model"], spec["prompts"]
+    def cache_floats(cls, spec: dict) -> float:
+        return cls.tokens_needed(spec["prompts"]["N"]) * spec["tokens"]["d"]     # the interleaved sequence
+
+    @classmethod
+    def step_floats(cls, spec: dict) -> float:
+        """What a training step keeps for the backward pass, per token and layer about 8W + 2F
+        floats (the fused attention keeps no tokens × tokens matrix; the gradients flowing back
+        reuse what the layers above freed). The forward without gradients is chunked."""
+        m = spec["model"]
         W, L, H, F = m["width"], m["layers"], m["heads"], m["width"] * m["ffn_mult"]
-        S = cls.tokens_needed(p["N"])
-        batch = spec["train"].get("batch_size") or p["train"]
-        seqs = 4 * rows * S * spec["tokens"]["d"]
-        step = 4 * batch * S * L * (8 * W + 2 * F + H)
-        if spec["train"].get("fresh"):
-            step += 2 * 4 * p["train"] * (S + 1) * spec["tokens"]["d"]
-        return data + seqs + step + 4 * CHUNK_FLOATS // 4 + 4 * 5 * cls.n_params(spec)
+        return cls.tokens_needed(spec["prompts"]["N"]) * L * (8 * W + 2 * F + H)
+
+    @classmethod
+    def log_matrix_floats(cls, spec: dict) -> int:
+        K = spec["tokens"].get("K") if spec["tokens"]["kind"] == "discrete" else 0
+        return spec["model"]["layers"] * spec["model"]["heads"] * (K or 0) ** 2
 
     @classmethod
     def eval_bytes(cls, spec: dict, width: int = 1) -> int:

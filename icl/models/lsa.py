@@ -73,13 +73,27 @@ class LSA(Model):
         return out
 
     @classmethod
-    def train_bytes(cls, spec: dict) -> int:
+    def cache_floats(cls, spec: dict) -> float:
+        return (spec["prompts"]["N"] + 1) * (spec["tokens"]["d"] + 1)       # the prompt matrix's columns
+
+    @classmethod
+    def step_floats(cls, spec: dict) -> float:
+        """Per token e_t · W^KQ e_q (and the value products, per head), kept for the backward pass."""
+        m, T, D = spec["model"], spec["prompts"]["N"] + 1, spec["tokens"]["d"] + 1
+        H = m.get("heads") or 1
+        return 3 * T * H + 3 * H * D
+
+    @classmethod
+    def n_params(cls, spec: dict) -> int:
         m, D = spec["model"], spec["tokens"]["d"] + 1
-        if (m.get("heads") or 1) == 1 and not m.get("separate_kq"):
-            return super().train_bytes(spec)
-        data, _, tok_bytes, eval_rows = cls._data_bytes(spec)     # + per token and head two products, kept for backward
-        H, T = m.get("heads") or 1, spec["prompts"]["N"] + 1
-        return data + eval_rows * tok_bytes + 2 * 4 * eval_rows * (3 * T * H + 2 * H * D)
+        H = m.get("heads") or 1
+        if m.get("separate_kq"):
+            return H * (2 * (m.get("rank") or D) * D + D)
+        return 2 * H * D * D
+
+    @classmethod
+    def log_matrix_floats(cls, spec: dict) -> int:
+        return spec["tokens"]["d"] ** 2
 
     @classmethod
     def eval_bytes(cls, spec: dict, width: int = 1) -> int:

@@ -5,6 +5,8 @@ from icl.models.base import Batch, Model, count_attention_logs, count_batch, laz
 
 torch = lazy_torch(globals())
 
+TINY = 1e-30     # a prompt's summed attention weights below this are recomputed in log space
+
 
 class SoftmaxQ(Model):
     """LDL eq. (6): y_hat = sum_i y_i softmax_i(x_i^T Q x_q); only Q is trained, from zero.
@@ -20,6 +22,35 @@ class SoftmaxQ(Model):
     """
 
     kind = "softmax_q"
+
+    @staticmethod
+    def _counts(spec: dict) -> bool:
+        tok = spec["tokens"]
+        return tok["kind"] == "discrete" and not tok.get("noise")
+
+    @classmethod
+    def prompt_floats(cls, spec: dict, diagnose: bool) -> float:
+        """The count form: n, S, the query's one-hot (and the nearest tokens' features) per
+        feature, absent (bytes), the target, and the feature-major copy (log n, mean label, query)."""
+        if not cls._counts(spec):
+            return super().prompt_floats(spec, diagnose)
+        K = spec["tokens"]["K"]
+        return (4 if diagnose else 3) * K + K / 4 + 1 + 3 * K
+
+    @classmethod
+    def step_floats(cls, spec: dict) -> float:
+        """The count form's (K, B) temporaries; the token form's scores, attention and coefficients."""
+        s = cls._prompts(spec)
+        return 6 * s["K"] if cls._counts(spec) else 6 * s["N"] + 2 * s["d"]
+
+    @classmethod
+    def forward_floats(cls, spec: dict) -> float:
+        s = cls._prompts(spec)
+        return 4 * s["K"] if cls._counts(spec) else 3 * s["N"]
+
+    @classmethod
+    def n_params(cls, spec: dict) -> int:
+        return spec["tokens"]["d"] ** 2
 
     def __init__(self, spec: dict, tokens):
         super().__init__(spec, tokens)
@@ -56,16 +87,16 @@ class SoftmaxQ(Model):
 
     def _feature_major(self, b: Batch) -> dict:
         """The count form's per-prompt arrays with the feature axis before the prompt axis,
-        (R, K, B), contiguous: log n_k (-inf where feature k is absent), the mean label of each
-        feature's tokens, and the query's one-hot. A sum over K is then K adds of contiguous rows
-        instead of a reduction over a last axis of length 4 (3-6x faster at LDL's sizes). Made
-        once per batch: full-batch training and the test loss pass the same batch every epoch."""
+        (R, K, B), contiguous: n_k and log n_k (-inf where feature k is absent), the mean label of
+        each feature's tokens, and the query's one-hot. A sum over K is then K adds of contiguous
+        rows instead of a reduction over a last axis of length 4 (3-6x faster at LDL's sizes).
+        Made once per batch: full-batch training and the test loss pass the same batch every epoch."""
         cache = self.__dict__.setdefault("_major_cache", [])
         for batch, out in cache:
             if batch is b:
                 return out
         n = b["n"]
-        out = {"log_n": torch.log(n).transpose(1, 2).contiguous(),
+        out = {"n": n.transpose(1, 2).contiguous(), "log_n": torch.log(n).transpose(1, 2).contiguous(),
                "mean_y": torch.where(n > 0, b["S"] / n.clamp_min(1), torch.zeros_like(n)).transpose(1, 2).contiguous(),
                "query": b["query"].transpose(1, 2).contiguous(), "target": b["target"]}
         cache.append((b, out))
@@ -76,13 +107,23 @@ class SoftmaxQ(Model):
     def _feature_mass(self, params, b: Batch):
         """Attention mass on each feature, (R, K, B): softmax over k of s_{k j} + log n_k, with
         s_{kj} = v_k^T Q v_j for the query's feature j (a prompt's n_k tokens of feature k share
-        one score), so an absent feature gets none."""
+        one score), so an absent feature gets none.
+
+        exp(s_jk + log n_k) = n_k exp(s_jk): the exponentials are taken of the K x K scores (shifted
+        by each row's largest) and a prompt's weights are its counts times its query's row, no
+        exponential per prompt. Where a prompt's weights all underflow (its features' scores far
+        below an absent feature's) the weights are taken in log space, shifted per prompt."""
         f = self._feature_major(b)
         V = b["features"]
         s = torch.einsum("rkd,rde,rje->rjk", V, params["Q"], V)      # [r, query j, key k] = v_k^T Q v_j
-        z = torch.bmm(s.transpose(1, 2), f["query"]) + f["log_n"]     # [r, k, b]: the query's row of s
-        e = torch.exp(z - z.amax(1, keepdim=True))
-        return e / e.sum(1, keepdim=True), f
+        st = s.transpose(1, 2)
+        e = torch.bmm(torch.exp(st - st.amax(1, keepdim=True)), f["query"]) * f["n"]     # [r, k, b]
+        total = e.sum(1, keepdim=True)
+        if bool((total < TINY).any()):
+            z = torch.bmm(st, f["query"]) + f["log_n"]
+            e = torch.exp(z - z.amax(1, keepdim=True))
+            total = e.sum(1, keepdim=True)
+        return e / total, f
 
     def predict(self, params, batch: Batch):
         if "x" in batch:

@@ -336,8 +336,8 @@ def lsa_predict(B, x, y, xq) -> np.ndarray:
     y = np.asarray(y, dtype=np.float64)
     xq = np.asarray(xq, dtype=np.float64)
     B = np.asarray(B, dtype=np.float64)
-    m = np.einsum("...m,...md->...d", y, x) / x.shape[-2]
-    return np.einsum("...d,de,...e->...", xq, B, m)
+    m = (y[..., None, :] @ x)[..., 0, :] / x.shape[-2]           # batched products (BLAS), not einsum
+    return ((xq @ B) * m).sum(-1)
 
 
 def lsa_forward(W_pv, W_kq, x, y, xq, rho: float | None = None) -> np.ndarray:

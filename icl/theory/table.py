@@ -3,7 +3,6 @@ reports and notebooks compare like with like (one row per run_id, as the measure
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from icl.data import covariance, feature_probs, features
 from icl.tasks import family
@@ -18,6 +17,7 @@ def ldl_rows(plan_runs: list[dict], flat_max_L: float | None = None) -> pd.DataF
     time scales at unit constants, the collapse clock's rate, and for softmax_q under GD how large
     one step is against the population loss's curvature (`mf_step`, icl.theory.ldl.mean_field_step:
     where the mean-field curve makes a prediction)."""
+    import pandas as pd   # here, not at the top: training jobs import lsa_optimum and never a table
     rows, memo = [], {}
     for r in plan_runs:
         s = r["spec"]
@@ -97,6 +97,7 @@ def lsa_target_limit(spec: dict):
 def lsa_rows(plan_runs: list[dict]) -> pd.DataFrame:
     """target (flattened effective matrix), its N → ∞ limit `target_limit`, and the optimum's
     in-distribution test error at length N."""
+    import pandas as pd   # here, not at the top: training jobs import lsa_optimum and never a table
     rows = []
     for r in plan_runs:
         s = r["spec"]
@@ -114,6 +115,7 @@ def lsa_rows(plan_runs: list[dict]) -> pd.DataFrame:
 
 def mean_field_rows(plan_runs: list[dict], log_epochs) -> pd.DataFrame:
     """LDL mean-field loss and own-attention for softmax_q runs on discrete tokens with GD."""
+    import pandas as pd   # here, not at the top: training jobs import lsa_optimum and never a table
     parts, memo = [], {}
     for r in plan_runs:
         s = r["spec"]
