@@ -139,3 +139,17 @@ def test_discrete_labels_drawn_at_the_features_equal_labelling_every_token():
             assert np.array_equal(got["feat"], idx) and np.array_equal(got["x"], x.astype(np.float32))
             np.testing.assert_array_equal(got["y"], y, err_msg=f"{kind}, {feats_kind}")
             assert "x" not in make_split(spec, feats, 200, 1, tokens=False)
+
+
+@pytest.mark.parametrize("probs", [None, [0.55, 0.3, 0.1, 0.05], [0.2, 0.2, 0.2, 0.2, 0.2], [1e-9, 0.5, 0.5 - 1e-9]])
+def test_feature_indices_are_numpys_choice(probs):
+    """feature_indices draws what Generator.choice(K, size, p) draws, and leaves the stream where
+    choice leaves it (the labels drawn next are the same too)."""
+    from icl.data import feature_indices
+    K = len(probs) if probs else 4
+    tok = {"kind": "discrete", "K": K, "probs": probs}
+    for seed in range(5):
+        a, b = rng(seed, 1), rng(seed, 1)
+        p = np.asarray(probs or [1 / K] * K, float)
+        np.testing.assert_array_equal(feature_indices(tok, 300, 101, a), b.choice(K, size=(300, 101), p=p / p.sum()))
+        assert a.random() == b.random()
