@@ -1,0 +1,34 @@
+"""The benchmarks' own checks, without their timings: benchmarks/pipeline.py times the pipeline
+against ../shared/reference/naive_softmax_q.py only after the two train the same model."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCH))
+import pipeline  # noqa: E402
+
+
+@pytest.mark.skipif(not pipeline.REFERENCE.exists(), reason="../shared/reference is not beside the checkout")
+def test_the_reference_loop_and_the_ensemble_give_the_same_losses():
+    """The reference's own data and model (executed from its file) and icl's softmax_q ensemble on
+    the same prompts: the same train-loss curves, to float32 rounding."""
+    assert pipeline.same_losses(epochs=30, runs=6) < 1e-4
+
+
+def test_the_equality_check_can_fail(monkeypatch):
+    """A pipeline that trained another model (a step twice as large) is caught before any timing."""
+    if not pipeline.REFERENCE.exists():
+        pytest.skip("../shared/reference is not beside the checkout")
+    from icl import optim
+    real = optim.build
+    monkeypatch.setattr(optim, "build", lambda kind, lr: real(kind, 2 * lr))
+    assert pipeline.same_losses(epochs=30, runs=6) > 1e-2
+
+
+@pytest.mark.parametrize("script", ["pipeline.py", "evaluate.py", "memory.py"])
+def test_benchmark_scripts_explain_themselves(script):
+    res = subprocess.run([sys.executable, str(BENCH / script), "--help"], capture_output=True, text=True)
+    assert res.returncode == 0 and "usage:" in res.stdout and ".venv/bin/python benchmarks/" in res.stdout
