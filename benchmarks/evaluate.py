@@ -68,14 +68,13 @@ def main() -> None:
     runs = [{"run_id": r.run_id, "data_id": r.data_id, "shard": r.shard, "spec": r.spec} for r in plan(cfg, "ev")]
     torch.set_num_threads(2)
     totals: dict = defaultdict(float)
-    timed(evaluate, "eval_prompts", totals)
-    timed(evaluate.baselines, "predict_all", totals)
-    timed(evaluate, "theory_cell", totals)
-    model_cls = models.MODELS["lsa"]
-    timed(model_cls, "forward", totals)
     with tempfile.TemporaryDirectory() as wd:
         paths = ensure_datasets(runs, wd)
         train_shard(runs, paths, os.path.join(wd, "s.npz"), device="cpu", threads=2, label="train")
+        timed(evaluate, "eval_prompts", totals)         # from here on: the evaluation's parts only
+        timed(evaluate.baselines, "predict_all", totals)
+        timed(evaluate, "theory_cell", totals)
+        timed(models.MODELS["lsa"], "forward", totals)
         base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         t = time.perf_counter()
         df = evaluate.evaluate_trained(runs, paths, os.path.join(wd, "s.npz"), os.path.join(wd, "s.parquet"),

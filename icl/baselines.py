@@ -49,6 +49,7 @@ def _last_call(fn):
         out = fn(*arrays)
         last[:] = [arrays, out]
         return out
+    wrapped.forget = last.clear         # predict_all lets go of the prompts once every baseline has run
     return wrapped
 
 
@@ -75,9 +76,13 @@ class OLS(Baseline):
     def predict(self, x, y, feat, ridge, spec):
         XtX, Xty, xq = _normal_equations(x, y)
         continuous = feat is None or (feat < 0).all()
+        w = None
         if continuous and x.shape[1] - 1 >= x.shape[-1]:    # M ≥ d continuous tokens: XᵀX invertible, one solve
-            w = np.linalg.solve(XtX, Xty[..., None])[..., 0]
-        else:                                    # = pinv(X) y: the minimum-norm solution
+            try:
+                w = np.linalg.solve(XtX, Xty[..., None])[..., 0]
+            except np.linalg.LinAlgError:       # an exactly singular XᵀX (underflow): the pseudo-inverse below
+                w = None
+        if w is None:                            # = pinv(X) y: the minimum-norm solution
             w = (np.linalg.pinv(XtX, hermitian=True) @ Xty[..., None])[..., 0]
         return (xq * w).sum(-1)
 
@@ -163,4 +168,6 @@ def predict_all(x, y, ridge: float, feat=None, spec: dict | None = None) -> dict
         p = b.predict(x, y, feat, ridge, spec)
         if p is not None:
             out[name] = p
+    _normal_equations.forget()
+    _sq_distances.forget()
     return out

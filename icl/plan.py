@@ -46,7 +46,7 @@ def shape_key(spec: dict) -> dict:
     tok = spec["tokens"]
     return {
         "model": model,
-        "tokens": {"kind": tok["kind"], "d": tok["d"], "K": tok.get("K")},
+        "tokens": {"kind": tok["kind"], "d": tok["d"], "K": tok.get("K"), "noise": bool(tok.get("noise"))},
         "prompts": spec["prompts"],
         "train": spec["train"],
     }

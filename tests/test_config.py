@@ -196,3 +196,16 @@ def test_zipped_keys_move_together(tiny_raw):
     specs = expand(validate(tiny_raw)["experiments"]["tiny"])
     assert len(specs) == 4 * 2 * 2
     assert {(s["tokens"]["K"], s["tokens"]["d"]) for s in specs} == {(3, 6), (8, 8)}
+
+
+def test_noise_levels_train_apart(tiny_raw):
+    """Noiseless discrete tokens train in the count form and noisy ones in the token form, with
+    different memory: a sweep over tokens.noise puts each level in shards of its own."""
+    exp = tiny_raw["experiments"]["tiny"]
+    exp["models"] = exp["models"][:1]
+    exp["sweep"] = {"tokens.noise": [0.0, 0.1], "seed": [0, 1]}
+    runs = plan(validate(tiny_raw), "tiny")
+    by_shard = {}
+    for r in runs:
+        by_shard.setdefault(r.shard, set()).add(bool(r.spec["tokens"]["noise"]))
+    assert len(by_shard) == 2 and all(len(v) == 1 for v in by_shard.values())
