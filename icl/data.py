@@ -45,6 +45,13 @@ def feature_probs(tokens: dict) -> np.ndarray:
     return np.asarray(tokens.get("probs") or np.full(tokens["K"], 1.0 / tokens["K"]), float)
 
 
+def tokens_are_features(tokens: dict) -> bool:
+    """Noiseless discrete tokens: every token is its feature's row, x = features[feat], so a prompt
+    is known by its feature indices (the prompt files keep those, not x) and a model whose context
+    enters through a softmax over tokens can read it as per-feature counts (the count form)."""
+    return tokens["kind"] == "discrete" and not tokens.get("noise")
+
+
 def feature_indices(tokens: dict, n_prompts: int, n_tok: int, g: np.random.Generator) -> np.ndarray:
     """The feature of every token of discrete prompts (P, T), drawn with the features' probabilities:
     g.choice(K, size, p=probs) as numpy computes it (one uniform per token, its place in the
@@ -120,7 +127,7 @@ def make_split(spec: dict, feats, n_prompts: int, stream: int, N: int | None = N
     g = rng(spec["seed"], stream)
     n_tok = (N or spec["prompts"]["N"]) + 1
     tok = spec["tokens"]
-    if tok["kind"] == "discrete" and not tok.get("noise"):
+    if tokens_are_features(tok):
         idx = feature_indices(tok, n_prompts, n_tok, g)
         at_features = sample_labels(spec["task"], np.broadcast_to(feats, (n_prompts, *feats.shape)), g)
         out = {"y": np.take_along_axis(at_features, idx, 1).astype(np.float32), "feat": idx.astype(np.int16)}
@@ -153,8 +160,7 @@ def prompt_file_bytes(spec: dict) -> int:
     indices (int16) of every token, and the tokens (float32) where they are not their features'
     rows. Training holds a group of these while it prepares the model's form (icl.train)."""
     p, tok = spec["prompts"], spec["tokens"]
-    stored = tok["kind"] != "discrete" or bool(tok.get("noise"))
-    return (p["train"] + p["test"]) * (p["N"] + 1) * (4 + 2 + (4 * tok["d"] if stored else 0))
+    return (p["train"] + p["test"]) * (p["N"] + 1) * (4 + 2 + (0 if tokens_are_features(tok) else 4 * tok["d"]))
 
 
 def write_dataset(spec: dict, path: str) -> None:
@@ -167,9 +173,9 @@ def write_dataset(spec: dict, path: str) -> None:
 
 
 def with_tokens(z, key: str) -> np.ndarray:
-    """z[key] from an open prompt file, rebuilding the tokens of a split from its feature
-    indices where the file does not hold them."""
-    if key.endswith("_x") and key not in z.files:
+    """z[key] from an open prompt file (or the arrays read from one), rebuilding the tokens of a
+    split from its feature indices where the file does not hold them."""
+    if key.endswith("_x") and key not in z:
         return z["features"][z[key[:-2] + "_feat"]]
     return z[key]
 

@@ -114,9 +114,10 @@ def plan(cfg: dict, name: str) -> list[Run]:
         groups.setdefault(stable_hash(shape_key(run.spec)), []).append(run)
     for key, members in groups.items():
         need = run_bytes(members[0].spec)
-        if need + load_bytes(members[0].spec, 1) > budget:
+        alone = need + load_bytes(members[0].spec, 1)          # a shard of one run
+        if alone > budget:
             raise ConfigError(
-                f"experiments.{name}: one run needs about {(need + load_bytes(members[0].spec, 1)) / 2**20:.0f} MB, "
+                f"experiments.{name}: one run needs about {alone / 2**20:.0f} MB, "
                 f"more than memory_budget_mb={cfg['memory_budget_mb']}; reduce prompts.N/train/test or model width, "
                 "or raise memory_budget_mb")
         fixed = load_bytes(members[0].spec, len(members))

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from icl import models, optim
-from icl.data import fresh_batch, read_datasets
+from icl.data import fresh_batch, read_datasets, with_tokens
 from icl.files import atomic_path
 from icl.plan import LOAD_GROUP, log_epochs
 from icl.provenance import code_hash, code_version
@@ -145,10 +145,9 @@ def load_prompts(model, runs: list[dict], cache: dict, split: str, dev, diagnose
             for d, arrs in stored.items():
                 references.setdefault(d, {}).update(reference_losses(split, arrs))
 
-        def one(r, key):
-            key = key if key == "features" else f"{split}_{key}"
-            return stored[r["data_id"]][key] if key in stored[r["data_id"]] else cache[r["data_id"]][key]
-        return lambda key: torch.from_numpy(np.stack([one(r, key) for r in members])).to(dev)
+        name = lambda key: key if key == "features" else f"{split}_{key}"
+        return lambda key: torch.from_numpy(np.stack([with_tokens(stored[r["data_id"]], name(key))
+                                                      for r in members])).to(dev)
     out = None
     for i in range(0, len(runs), group):
         part = model.prepare(arrays(runs[i:i + group]), diagnose)

@@ -23,6 +23,8 @@ import zlib
 
 import numpy as np
 
+from icl.data import tokens_are_features
+
 
 class _LazyTorch:
     """Stands for `torch` in a module's globals until the module first uses it, then puts the real

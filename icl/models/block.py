@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from icl.models.base import Batch, Model, count_attention_logs, count_batch, init_rng, lazy_torch
+from icl.models.base import Batch, Model, count_attention_logs, count_batch, init_rng, lazy_torch, tokens_are_features
 
 torch = lazy_torch(globals())
 
@@ -41,8 +41,7 @@ class TransformerBlock(Model):
     def _tokens(cls, spec: dict) -> int:
         """Tokens the block reads a prompt as: K + 1 in the count form, N + 1 otherwise."""
         tok = spec["tokens"]
-        counts = tok["kind"] == "discrete" and not tok.get("noise")
-        return tok["K"] + 1 if counts else spec["prompts"]["N"] + 1
+        return tok["K"] + 1 if tokens_are_features(tok) else spec["prompts"]["N"] + 1
 
     @classmethod
     def prompt_floats(cls, spec: dict, diagnose: bool) -> float:
@@ -79,7 +78,7 @@ class TransformerBlock(Model):
         super().__init__(spec, tokens)
         self.w = spec["width"]
         self.f = spec["width"] * spec.get("ffn_mult", 4)
-        self.by_feature = bool(self.K) and not self.tokens.get("noise")
+        self.by_feature = tokens_are_features(self.tokens)
 
     def prepare(self, arrays, diagnose: bool = True) -> Batch:
         """Noiseless discrete prompts as K distinct context tokens (v_k and its label S_k/n_k)

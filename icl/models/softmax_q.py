@@ -1,7 +1,8 @@
 """softmax_q (LDL eq. 6): the theory's model, only Q trained."""
 from __future__ import annotations
 
-from icl.models.base import Batch, Model, count_attention_logs, count_batch, lazy_torch, token_attention_logs
+from icl.models.base import (Batch, Model, count_attention_logs, count_batch, lazy_torch, token_attention_logs,
+                             tokens_are_features)
 
 torch = lazy_torch(globals())
 
@@ -23,16 +24,11 @@ class SoftmaxQ(Model):
 
     kind = "softmax_q"
 
-    @staticmethod
-    def _counts(spec: dict) -> bool:
-        tok = spec["tokens"]
-        return tok["kind"] == "discrete" and not tok.get("noise")
-
     @classmethod
     def prompt_floats(cls, spec: dict, diagnose: bool) -> float:
         """The count form: n, S, the query's one-hot (and the nearest tokens' features) per
         feature, absent (bytes), the target, and the feature-major copy (log n, mean label, query)."""
-        if not cls._counts(spec):
+        if not tokens_are_features(spec["tokens"]):
             return super().prompt_floats(spec, diagnose)
         K = spec["tokens"]["K"]
         return (4 if diagnose else 3) * K + K / 4 + 1 + 3 * K
@@ -41,12 +37,12 @@ class SoftmaxQ(Model):
     def step_floats(cls, spec: dict) -> float:
         """The count form's (K, B) temporaries; the token form's scores, attention and coefficients."""
         s = cls._prompts(spec)
-        return 6 * s["K"] if cls._counts(spec) else 6 * s["N"] + 2 * s["d"]
+        return 6 * s["K"] if tokens_are_features(spec["tokens"]) else 6 * s["N"] + 2 * s["d"]
 
     @classmethod
     def forward_floats(cls, spec: dict) -> float:
         s = cls._prompts(spec)
-        return 4 * s["K"] if cls._counts(spec) else 3 * s["N"]
+        return 4 * s["K"] if tokens_are_features(spec["tokens"]) else 3 * s["N"]
 
     @classmethod
     def n_params(cls, spec: dict) -> int:
@@ -54,7 +50,7 @@ class SoftmaxQ(Model):
 
     def __init__(self, spec: dict, tokens):
         super().__init__(spec, tokens)
-        self.by_feature = bool(self.K) and not self.tokens.get("noise")
+        self.by_feature = tokens_are_features(self.tokens)
 
     def init(self, seeds, names, device, dtype=None) -> dict:
         dtype = dtype or torch.float32
