@@ -137,11 +137,56 @@ def check_experiment(exp: dict, name: str | None = None) -> None:
     for i, model in enumerate(exp["models"]):
         for key, problem in MODELS[model["kind"]].check(model, exp):
             raise ConfigError(f"{where}.models.{i}.{key}: {problem}")
+    for i, model in enumerate(exp["models"]):
+        if model.get("lr_rule") == "clock":
+            _clock_rule_ok(model, exp, f"{where}.models.{i}.lr_rule")
     tr = exp["train"]
     if tr["log_every"] > tr["epochs"]:
         raise ConfigError(f"{where}.train.log_every: {tr['log_every']} is larger than epochs={tr['epochs']}")
     if tr.get("batch_size", 0) > exp["prompts"]["train"]:
         raise ConfigError(f"{where}.train.batch_size: {tr['batch_size']} is larger than prompts.train={exp['prompts']['train']}")
+    _training_options_ok(where, exp)
+
+
+def _training_options_ok(where: str, exp: dict) -> None:
+    """The warmup fits in the run and the curriculum in the prompts (the schema checks each
+    number alone)."""
+    tr, p = exp["train"], exp["prompts"]
+    steps = tr["epochs"] * -(-p["train"] // (tr.get("batch_size") or p["train"]))
+    if tr.get("warmup", 0) > steps:
+        raise ConfigError(f"{where}.train.warmup: {tr['warmup']} steps is longer than the run ({tr['epochs']} epochs "
+                          f"of {steps // tr['epochs']} step(s): {steps} steps); allowed: warmup <= {steps}")
+    cur = tr.get("curriculum")
+    if not cur:
+        return
+    if not tr.get("fresh"):
+        raise ConfigError(f"{where}.train.curriculum: needs train.fresh: true (a curriculum draws its prompts as it goes)")
+    ends = {"dims": (exp["tokens"]["d"], "tokens.d"), "points": (p["N"] + 1, "prompts.N + 1 (the query included)")}
+    for key, c in cur.items():
+        most, what = ends[key]
+        if key == "dims" and exp["tokens"]["kind"] == "discrete":
+            raise ConfigError(f"{where}.train.curriculum.dims: discrete tokens are their features; a dims curriculum "
+                              "needs gaussian or random_covariance tokens")
+        if c["end"] > most:
+            raise ConfigError(f"{where}.train.curriculum.{key}.end: {c['end']} exceeds {what} = {most}")
+        if c["start"] > c["end"]:
+            raise ConfigError(f"{where}.train.curriculum.{key}.start: {c['start']} exceeds its end {c['end']}")
+        if key == "points" and c["start"] < 2:
+            raise ConfigError(f"{where}.train.curriculum.points.start: {c['start']}; a prompt needs one example "
+                              "and the query, allowed: start >= 2")
+
+
+def _clock_rule_ok(model: dict, exp: dict, where: str) -> None:
+    """lr_rule: clock sets a GD step from the task's label covariance at discrete features
+    (icl.plan.with_step): it needs all three."""
+    import numpy as np
+    from icl.tasks import family
+    if model["optimizer"] != "gd":
+        raise ConfigError(f"{where}: clock sets a GD step; optimizer is {model['optimizer']!r} (allowed: lr_rule: clock with optimizer: gd)")
+    if exp["tokens"]["kind"] != "discrete":
+        raise ConfigError(f"{where}: clock needs discrete tokens (the clock is read at the features); tokens.kind is {exp['tokens']['kind']!r}")
+    if family(exp["task"]["kind"]).label_cov(exp["task"], np.eye(2)) is None:
+        raise ConfigError(f"{where}: clock needs a task whose label covariance is known (cosine); task.kind is {exp['task']['kind']!r}")
 
 
 def _zip_groups_ok(name: str, sweep: dict) -> None:
@@ -208,6 +253,8 @@ def smoke_cut(cfg: dict) -> dict:
         p["train"], p["test"] = min(p["train"], SMOKE["train"]), min(p["test"], SMOKE["test"])
         if tr.get("batch_size"):
             tr["batch_size"] = min(tr["batch_size"], p["train"])
+        if tr.get("warmup"):          # the warmup's shape kept, its length cut with the run
+            tr["warmup"] = min(tr["warmup"], tr["epochs"])
         if exp.get("evaluate"):
             exp["evaluate"]["prompts"] = min(exp["evaluate"]["prompts"], SMOKE["evaluate_prompts"])
         sweep = exp.get("sweep") or {}

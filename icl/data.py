@@ -117,8 +117,11 @@ def covariance(tokens: dict) -> np.ndarray:
     return np.diag(lam) if R is None else (R * lam) @ R.T
 
 
-def make_split(spec: dict, feats, n_prompts: int, stream: int, N: int | None = None, tokens: bool = True) -> dict:
-    """n_prompts prompts of N context tokens (default: the spec's N) and a query (last).
+def make_split(spec: dict, feats, n_prompts: int, stream: int, N: int | None = None, tokens: bool = True,
+               dims: int | None = None) -> dict:
+    """n_prompts prompts of N context tokens (default: the spec's N) and a query (last); with
+    `dims`, x drawn in all d coordinates and those from `dims` on set to 0 before the labels
+    (Garg et al.'s curriculum: the task's w is still drawn in all d).
 
     Noiseless discrete tokens are their features, so the labels are drawn at the K features of
     each prompt and picked per token: the same draws and the same numbers as labelling every
@@ -133,13 +136,32 @@ def make_split(spec: dict, feats, n_prompts: int, stream: int, N: int | None = N
         out = {"y": np.take_along_axis(at_features, idx, 1).astype(np.float32), "feat": idx.astype(np.int16)}
         return {"x": feats[idx].astype(np.float32), **out} if tokens else out
     x, idx = sample_tokens(tok, feats, n_prompts, n_tok, g)
+    if dims is not None and dims < tok["d"]:
+        x[..., dims:] = 0.0
     y = sample_labels(spec["task"], x, g)
     return {"x": x.astype(np.float32), "y": y.astype(np.float32), "feat": idx.astype(np.int16)}
 
 
-def fresh_batch(spec: dict, feats, epoch: int) -> dict:
-    """Training prompts drawn anew for one epoch (train.fresh): a stream of their own per epoch."""
-    return make_split(spec, feats, spec["prompts"]["train"], STREAM_FRESH + epoch)
+def fresh_batch(spec: dict, feats, epoch: int, stage: dict | None = None) -> dict:
+    """Training prompts drawn anew for one epoch (train.fresh): a stream of their own per epoch;
+    `stage` (curriculum_stage) shortens them to its points and zeroes x past its dims."""
+    if not stage:
+        return make_split(spec, feats, spec["prompts"]["train"], STREAM_FRESH + epoch)
+    return make_split(spec, feats, spec["prompts"]["train"], STREAM_FRESH + epoch,
+                      N=stage["points"] - 1, dims=stage["dims"])
+
+
+def curriculum_stage(spec: dict, step: int) -> dict | None:
+    """Garg et al.'s curriculum at optimisation step `step` (0-based): for `dims` (the
+    coordinates of x drawn, the rest 0) and `points` (x positions of a prompt, the query's
+    included: N + 1 at the end), min(end, start + inc·⌊step / interval⌋); a schedule left out
+    stays at its full value (d, N + 1). None where the run has no curriculum."""
+    cur = spec["train"].get("curriculum")
+    if not cur:
+        return None
+    full = {"dims": spec["tokens"]["d"], "points": spec["prompts"]["N"] + 1}
+    return {k: (min(c["end"], c["start"] + c["inc"] * (step // c["interval"])) if (c := cur.get(k)) else full[k])
+            for k in full}
 
 
 def make_dataset(spec: dict, tokens: bool = True) -> dict:

@@ -20,6 +20,8 @@ REL_THRESHOLDS = (1e-1, 1e-2, 1e-3)
 ABS_THRESHOLDS = (1e-2, 1e-3, 1e-4)   # on the loss itself: the theorems' loss ≤ ε² (icl.fits.eps_of)
 PHASE_WINDOW = 1e-3    # phases are counted until the loss first falls to this share of loss₀ (or to the end)
 MEMORISES = 0.05       # test loss up by this share from its lowest while the train loss fell by as much
+ESCAPE = 0.5           # t_escape: the query's error below this share of predicting 0's
+ESCAPE_WINDOW = 0.01   # ... averaged over a trailing window of this share of the epochs (at least 1)
 
 
 def _tname(prefix: str, x: float) -> str:
@@ -103,6 +105,20 @@ def level_time(values: np.ndarray, epochs: np.ndarray, level: np.ndarray) -> np.
 def at_times(values: np.ndarray, epochs: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Each run's values (R, E) at its own time t (R,), interpolated (NaN where t is)."""
     return np.array([np.interp(ti, epochs, v) if np.isfinite(ti) else np.nan for v, ti in zip(values, t)])
+
+
+def escape_time(query: np.ndarray, zero: np.ndarray, window: int) -> pd.array:
+    """t_escape per run: the first epoch at which the query's error, summed over the `window`
+    epochs ending there, falls below ESCAPE times predicting 0's on the same prompts (the end
+    of a plateau at ŷ ≈ 0); <NA> if never. The window tames one batch's noise (fresh prompts:
+    64 of them make a ratio that jumps by ±20 % from step to step)."""
+    def trailing(a):
+        c = np.cumsum(np.nan_to_num(a), axis=1)
+        return c - np.pad(c, ((0, 0), (window, 0)))[:, :-window]
+    below = (trailing(query) < ESCAPE * trailing(zero)) & np.isfinite(query)
+    below[:, :window - 1] = False          # a full window first
+    t = below.argmax(1)
+    return pd.array(np.where(below.any(1), t, None), dtype="Int64")
 
 
 def late_exponent(loss: np.ndarray, epochs: np.ndarray) -> np.ndarray:
@@ -190,6 +206,11 @@ def summary_table(sh: dict) -> pd.DataFrame:
     summ["n_phases"] = pd.array([f.n if f else None for f in found], dtype="Int64")
     summ["phase_ends"] = pd.Series([list(f.ends) if f else [] for f in found], dtype="object")
     summ["late_exponent"] = late_exponent(tl, t_ep)
+    if "trace_query_loss" in sh:
+        summ["t_escape"] = escape_time(sh["trace_query_loss"], sh["trace_zero_loss"],
+                                       max(1, round(ESCAPE_WINDOW * (tl.shape[1] - 1))))
+    else:
+        summ["t_escape"] = pd.array([None] * R, dtype="Int64")
     # fresh prompts every epoch cannot be memorised: what looks like it there is the batches' noise
     summ["memorises"] = False if bool(sh.get("train_fresh", False)) else memorises(sh["train_loss"], sh["test_loss"])
     summ["test_loss0"] = sh["test_loss"][:, 0]

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from icl import models, optim
-from icl.data import fresh_batch, read_datasets, with_tokens
+from icl.data import curriculum_stage, fresh_batch, read_datasets, with_tokens
 from icl.files import atomic_path
 from icl.plan import LOAD_GROUP, log_epochs
 from icl.provenance import code_hash, code_version
@@ -95,15 +95,16 @@ class Trace:
     own forward); a minibatch or fresh-prompt epoch the mean over its steps."""
 
     KEYS = ("attn_own", "q_features")
+    LOSSES = ("train_loss", "query_loss", "zero_loss")   # the objective; ½MSE at the query, and of predicting 0
 
     def __init__(self, R: int, epochs: int, shapes: dict):
-        self.arrays = {"train_loss": np.full((R, epochs + 1), np.nan)}
+        self.arrays = {k: np.full((R, epochs + 1), np.nan) for k in self.LOSSES}
         self.arrays.update({k: np.full((R, epochs + 1, *shapes[k]), np.nan) for k in self.KEYS if k in shapes})
         self._sum, self._n = {}, 0
 
-    def add(self, loss, values: dict) -> None:
-        """One step's loss and diagnostics, summed until `close`."""
-        for k, v in {"train_loss": loss, **{k: values[k] for k in self.KEYS if k in values}}.items():
+    def add(self, losses: dict, values: dict) -> None:
+        """One step's losses (LOSSES) and diagnostics, summed until `close`."""
+        for k, v in {**losses, **{k: values[k] for k in self.KEYS if k in values}}.items():
             v = v.detach().double().cpu().numpy()
             self._sum[k] = self._sum.get(k, 0.0) + v
         self._n += 1
@@ -162,9 +163,10 @@ def load_prompts(model, runs: list[dict], cache: dict, split: str, dev, diagnose
     return out
 
 
-def fresh_prompts(model, runs, cache, epoch: int, dev) -> models.Batch:
-    """train.fresh: new training prompts for every run, drawn from its own stream for this epoch."""
-    parts = [{**fresh_batch(r["spec"], cache[r["data_id"]]["features"], epoch),
+def fresh_prompts(model, runs, cache, epoch: int, dev, stage: dict | None = None) -> models.Batch:
+    """train.fresh: new training prompts for every run, drawn from its own stream for this epoch
+    (at the curriculum's `stage`, where it has one)."""
+    parts = [{**fresh_batch(r["spec"], cache[r["data_id"]]["features"], epoch, stage),
               "features": cache[r["data_id"]]["features"]} for r in runs]
     return model.prepare(lambda key: torch.from_numpy(np.stack([p[key] for p in parts])).to(dev), diagnose=False)
 
@@ -185,9 +187,15 @@ class ShardTraining:
         self.train.runs.update(self.model.extras([r["spec"] for r in runs], dev))
         lr = torch.tensor([r["spec"]["model"]["lr"] for r in runs], dtype=torch.float32, device=dev)
         self.opt = optim.build(spec0["model"]["optimizer"], lr)
+        self.M = self.train["target"].shape[1]
+        self.batch = self.tr.get("batch_size") or self.M
+        self.steps_per_epoch = -(-self.M // self.batch)
+        self.schedule = optim.Schedule(lr, self.tr, self.steps_per_epoch)
         self.params = self.model.init(self.seeds, [r["spec"]["model"]["name"] for r in runs], dev)
         self.epochs = self.tr["epochs"]
-        self.logs = Logs(len(runs), np.asarray(log_epochs(self.epochs, self.tr["log_every"])), self.model.log_shapes())
+        curriculum = {"curriculum_dims": (), "curriculum_points": ()} if self.tr.get("curriculum") else {}
+        self.logs = Logs(len(runs), np.asarray(log_epochs(self.epochs, self.tr["log_every"])),
+                         {**self.model.log_shapes(), **curriculum})
         self.pos = {int(e): i for i, e in enumerate(self.logs.epochs)}     # logged epoch -> column
         self.trace = Trace(len(runs), self.epochs, self.model.log_shapes())
         self.start, self.elapsed0 = 0, 0.0
@@ -198,8 +206,6 @@ class ShardTraining:
             self.logs.diverged_at = saved["diverged_at"].cpu().numpy()
             self.trace.arrays = {k: v.cpu().numpy() for k, v in saved["trace"].items()}
         self.active = torch.as_tensor(self.logs.diverged_at < 0, device=dev)
-        self.M = self.train["target"].shape[1]
-        self.batch = self.tr.get("batch_size") or self.M
         # full batch on fixed prompts: the step's own forward is the state the epoch starts from
         self.full_batch = self.batch >= self.M and not self.tr.get("fresh")
 
@@ -212,9 +218,12 @@ class ShardTraining:
                 train_loss, seen = self.model.loss(self.params, self.train)
             diag = self.model.diagnostics(self.params, self.train, seen)
             values = {"train_loss": train_loss, "test_loss": self.model.loss(self.params, self.test)[0], **diag}
+            stage = curriculum_stage(self.runs[0]["spec"], epoch * self.steps_per_epoch)
+            if stage:                 # the curriculum's dims and points at this epoch's first step
+                values.update({f"curriculum_{k}": torch.full((len(self.runs),), float(v)) for k, v in stage.items()})
         self.active.copy_(torch.as_tensor(self.logs.record(self.pos[epoch], values), device=self.dev))
         if epoch == self.epochs:
-            self.trace.add(train_loss, self.traced(self.train, seen))
+            self.trace.add(self.losses(train_loss, self.train), self.traced(self.train, seen))
             self.trace.close(epoch, self.active.cpu().numpy())
 
     def traced(self, batch, seen) -> dict:
@@ -231,16 +240,29 @@ class ShardTraining:
         logging = epoch in self.pos
         if logging and not self.full_batch:
             self.log(epoch)
-        data = fresh_prompts(self.model, self.runs, self.cache, epoch, self.dev) if self.tr.get("fresh") else self.train
-        for idx in batch_index(self.seeds, epoch, self.M, self.batch):
+        step0 = epoch * self.steps_per_epoch
+        data = (fresh_prompts(self.model, self.runs, self.cache, epoch, self.dev,
+                              curriculum_stage(self.runs[0]["spec"], step0))
+                if self.tr.get("fresh") else self.train)
+        for i, idx in enumerate(batch_index(self.seeds, epoch, self.M, self.batch)):
             b = data if self.batch >= self.M else data.take(torch.as_tensor(np.ascontiguousarray(idx), device=self.dev))
             loss, grads, seen = self.model.step(self.params, b)
             if logging and self.full_batch:
                 self.log(epoch, loss, seen)
-            self.trace.add(loss, self.traced(b, seen))
+            self.trace.add(self.losses(loss, b, self.model.step_query_loss), self.traced(b, seen))
             self.stop_diverged(loss, grads, epoch)
-            self.opt.step(self.params, grads, self.active)
+            if self.tr.get("clip"):
+                grads = optim.clip_grads(grads, float(self.tr["clip"]))
+            self.opt.step(self.params, grads, self.active, self.schedule.at(step0 + i))
         self.trace.close(epoch, self.active.cpu().numpy())
+
+    def losses(self, loss, batch, query_loss=None) -> dict:
+        """What the trace keeps of a step's losses: the objective, the query's ½MSE (the objective
+        itself unless the kind reads more positions) and that of predicting 0 on these prompts."""
+        if query_loss is None:
+            with torch.no_grad():
+                query_loss = self.model.query_loss(self.model.predict(self.params, batch)[0], batch)
+        return {"train_loss": loss, "query_loss": query_loss, "zero_loss": 0.5 * (batch["target"] ** 2).mean(1)}
 
     def stop_diverged(self, loss, grads: dict, epoch: int) -> None:
         """Runs whose loss or gradient is not finite are frozen and marked with this epoch."""

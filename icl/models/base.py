@@ -271,12 +271,13 @@ class Model:
 
     @classmethod
     def log_bytes(cls, spec: dict) -> int:
-        """The logs (float64, every logged epoch) and the trace (every epoch) of one run."""
+        """The logs (float64, every logged epoch) and the trace (every epoch: three losses, the own
+        attention, softmax_q's K×K logits) of one run."""
         tr, s = spec["train"], cls._prompts(spec)
         logged = tr["epochs"] // tr["log_every"] + 2
         K2 = (s["K"] or 0) ** 2
         per_log = 6 + K2 + cls.log_matrix_floats(spec)
-        return 8 * (logged * per_log + (tr["epochs"] + 1) * (2 + K2))
+        return 8 * (logged * per_log + (tr["epochs"] + 1) * (4 + K2))
 
     @classmethod
     def log_matrix_floats(cls, spec: dict) -> int:
@@ -324,6 +325,7 @@ class Model:
             pred, a = self.predict(leaves, batch)
             loss = self.objective(pred, batch)
             grads = torch.autograd.grad(loss.sum(), list(leaves.values()))
+        self.step_query_loss = self.query_loss(pred.detach(), batch)
         return loss.detach(), dict(zip(leaves, grads)), None if a is None else a.detach()
 
     def loss(self, params, batch: Batch):
@@ -334,6 +336,12 @@ class Model:
     def objective(self, pred, batch: Batch):
         """The training loss per run (R,): ½ mean squared error of the query's prediction."""
         return 0.5 * ((pred - batch["target"]) ** 2).mean(1)
+
+    def query_loss(self, pred, batch: Batch):
+        """½ mean squared error at the query alone (R,): what t_escape reads. `step` leaves the
+        last step's in `step_query_loss`, so the trace needs no second forward; equal to the
+        objective for every kind whose loss reads the query only."""
+        return Model.objective(self, pred, batch)
 
     def diagnostics(self, params, batch: Batch, seen) -> dict:
         return token_attention_logs(seen, batch, self.K) if self.has_attention else {}

@@ -197,6 +197,9 @@ class GPT(Model):
         target = batch["y"] if self.loss_all else batch["target"]
         return 0.5 * ((pred - target) ** 2).flatten(1).mean(1)
 
+    def query_loss(self, pred, batch: Batch):
+        return super().query_loss(pred[..., -1] if self.loss_all else pred, batch)
+
     def forward(self, params, x, y, every: bool = False):
         """Predictions at the query (R, B), or with `every` at all N + 1 x positions (R, B, N+1),
         and the query's attention over the context examples in every layer and head

@@ -71,6 +71,7 @@ class SoftmaxQ(Model):
         coef = (err / x.shape[1]).unsqueeze(-1) * a * (y[:, :, :-1] - pred.unsqueeze(-1))
         z = torch.einsum("rbn,rbnd->rbd", coef, x[:, :, :-1])
         grad = torch.einsum("rbd,rbe->rde", z, x[:, :, -1])
+        self.step_query_loss = loss
         return loss, {"Q": grad}, a
 
     # ---- the feature-count form (discrete tokens without noise)
@@ -138,7 +139,8 @@ class SoftmaxQ(Model):
         coef = mass * (f["mean_y"] - pred.unsqueeze(1)) * (err / B).unsqueeze(1)
         C = torch.bmm(f["query"], coef.transpose(1, 2))                   # [r, query j, key k]
         grad = torch.einsum("rjk,rkd,rje->rde", C, V, V)
-        return 0.5 * (err ** 2).mean(1), {"Q": grad}, mass.transpose(1, 2)
+        self.step_query_loss = 0.5 * (err ** 2).mean(1)
+        return self.step_query_loss, {"Q": grad}, mass.transpose(1, 2)
 
     def diagnostics(self, params, batch: Batch, seen) -> dict:
         out = token_attention_logs(seen, batch, self.K) if "x" in batch else count_attention_logs(seen, batch, self.K)
