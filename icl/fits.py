@@ -1,8 +1,11 @@
 """Measurements that compare runs with each other: convergence-time slopes against L with a
 bootstrap over seeds, the theory-clock collapse, and step-size stability classes.
 
-All functions take the tidy tables (runs, summary, curves) and return tidy frames. Diverged runs
-are excluded explicitly, and how many were excluded is part of the output.
+All functions take the tidy tables (runs, summary, curves) and return tidy frames. The runs the
+verdicts leave out of a time claim are left out here too, and counted in the output: diverged,
+ended above their initial loss or memorised (icl.claims.judge.exclude), never reached the
+threshold, crossed it within RESOLUTION optimisation steps (the step, not the dynamics, sets
+such a time), or, for an absolute threshold, started less than START_MARGIN times above it.
 """
 from __future__ import annotations
 
@@ -11,9 +14,11 @@ import math
 import numpy as np
 import pandas as pd
 
-from icl.stats import cluster_weights
+from icl.stats import MIN_SEEDS, cluster_weights
 from icl.theory import ldl
 
+RESOLUTION = 5            # optimisation steps: a crossing sooner than this is set by the step, not the dynamics
+START_MARGIN = 10.0       # an absolute threshold is read only on runs whose loss₀ is at least this times it
 IDENTITY = {"run_id", "shard", "data_id", "experiment", "config_hash", "code_version", "seed", "L"}
 
 
@@ -62,11 +67,13 @@ def _ols_slope(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def slope_with_bootstrap(df: pd.DataFrame, tcol: str, seed: int = 0):
-    """log-log slope of convergence time against L; 95% interval resampling seeds (clusters).
+    """log-log slope of convergence time against L, and its spread over seeds: with at least
+    MIN_SEEDS seeds the 95% interval resampling seeds (clusters); with 3 to MIN_SEEDS − 1 the
+    range of the slopes fitted to each seed alone (a range, not an interval: `interval_kind`
+    names it); with fewer nothing (NaN).
 
     Runs that never reached the threshold are dropped (their count is returned). Resampling whole
-    seeds keeps the pairing of one seed's runs across L, as a rerun of the sweep would; fewer
-    than three seeds give no interval (NaN).
+    seeds keeps the pairing of one seed's runs across L, as a rerun of the sweep would.
     """
     ok = df[df[tcol].notna() & (df[tcol] > 0)]
     n_missing = len(df) - len(ok)
@@ -76,15 +83,72 @@ def slope_with_bootstrap(df: pd.DataFrame, tcol: str, seed: int = 0):
     slope = _ols_slope(x, y)
     # a resample of whole seeds is a weighted fit: row weight = how often its seed was drawn
     w, n_seeds = cluster_weights(ok["seed"].to_numpy(), seed)
+    if n_seeds < 3:                     # two seeds give three distinct resamples: no spread worth the name
+        return slope, np.nan, np.nan, len(ok), n_missing
+    if n_seeds < MIN_SEEDS:             # the range of the seeds' own slopes
+        sd = ok["seed"].to_numpy()
+        own = np.array([_ols_slope(x[sd == k], y[sd == k]) for k in np.unique(sd)])
+        own = own[np.isfinite(own)]
+        lo, hi = (own.min(), own.max()) if len(own) else (np.nan, np.nan)
+        return slope, float(lo), float(hi), len(ok), n_missing
     sw, sx, sy = w.sum(1), w @ x, w @ y
     xc = x[None, :] - (sx / sw)[:, None]          # x centred on each resample's weighted mean
     den = (w * xc * xc).sum(1)
     num = (w * xc * (y[None, :] - (sy / sw)[:, None])).sum(1)
     has_slope = den > 1e-12 * (w * x * x).sum(1)            # a resample of a single L has none
     boots = num[has_slope] / den[has_slope]
-    # two seeds give three distinct resamples: no interval worth the name
-    lo, hi = (np.percentile(boots, [2.5, 97.5]) if n_seeds >= 3 else (np.nan, np.nan))
+    lo, hi = np.percentile(boots, [2.5, 97.5])
     return slope, float(lo), float(hi), len(ok), n_missing
+
+
+def interval_kind(n_seeds: int) -> str:
+    """What slope_with_bootstrap's (ci_lo, ci_hi) are for n_seeds seeds."""
+    if n_seeds >= MIN_SEEDS:
+        return f"95% bootstrap over {n_seeds} seeds"
+    if n_seeds >= 3:
+        return f"range of {n_seeds} seeds' slopes (fewer than {MIN_SEEDS} seeds: not an interval)"
+    return f"none ({n_seeds} seed{'s' if n_seeds != 1 else ''})"
+
+
+def steps(df: pd.DataFrame) -> np.ndarray:
+    """Optimisation steps per epoch of each run: the training prompts over the batch size (NaN
+    where the tables do not say how many prompts a run trained on)."""
+    if "M" not in df:
+        return np.full(len(df), np.nan)
+    bs = df["batch_size"].astype("Float64").fillna(df["M"].astype(float)).to_numpy(float) if "batch_size" in df \
+        else df["M"].to_numpy(float)
+    return np.ceil(df["M"].to_numpy(float) / bs)
+
+
+def resolved(df: pd.DataFrame, tcol: str = "t_rel_1e-1") -> pd.Series:
+    """Runs whose loss took at least RESOLUTION optimisation steps to cross tcol (a run whose
+    steps per epoch the tables do not give counts as resolved)."""
+    st = steps(df)
+    t = df[tcol].astype(float).to_numpy()
+    return pd.Series(np.where(np.isnan(st), True, t * st >= RESOLUTION), index=df.index)
+
+
+def timing_runs(df: pd.DataFrame, tcol: str) -> tuple[pd.DataFrame, dict[str, int]]:
+    """The runs whose crossing of tcol carries a time, and how many of the others were left out
+    and why: for an absolute threshold, those that started less than START_MARGIN times above it
+    (a run that starts near ε² proves nothing about reaching it); those that never reached it;
+    those that crossed within RESOLUTION optimisation steps. Each run is counted once, under the
+    first reason that applies."""
+    t = df[tcol].astype(float)
+    low = pd.Series(False, index=df.index)
+    if tcol.startswith("t_abs"):
+        low = ~(df["loss0"].astype(float) >= START_MARGIN * float(tcol.split("_")[-1]))
+    never = ~low & ~(t > 0)
+    fast = ~low & ~never & ~resolved(df, tcol)
+    why = {f"started less than {START_MARGIN:g}× above the threshold {tcol.split('_')[-1]}": int(low.sum()),
+           f"never reached {tcol}": int(never.sum()), f"crossed within {RESOLUTION} steps": int(fast.sum())}
+    return df[~(low | never | fast)], {w: n for w, n in why.items() if n}
+
+
+def left_out(counts: dict[str, int]) -> str:
+    """timing_runs' counts as a sentence of the measurement: '3 run(s) crossed within 5 steps and
+    are left out; ...'."""
+    return "; ".join(f"{n} run(s) {w} and are left out" for w, n in counts.items() if n)
 
 
 def theory_time(df: pd.DataFrame, reg, eps: np.ndarray) -> np.ndarray:
@@ -116,9 +180,13 @@ SLOPE_KEYS = ["model", "model_kind", "lr", "delta", "K", "N", "regime"]
 def convergence_slopes(runs: pd.DataFrame, summary: pd.DataFrame, theory: pd.DataFrame,
                        tcols=("t_rel_1e-1", "t_rel_1e-2", "t_rel_1e-3")) -> pd.DataFrame:
     """One row per (model, lr, Δ, K, N, regime, any other swept setting, threshold): the measured
-    slope of log t against log L, its interval, and the theory's slope.
+    slope of log t against log L, its interval (`interval` says which kind: a 95% bootstrap over
+    ≥ MIN_SEEDS seeds, else the range of the seeds' slopes), and the theory's slope, on the runs
+    the verdicts read (the rest are counted: `n_diverged`, `n_unstable` for those that ended
+    above their initial loss or memorised, `n_not_reached`, `n_fast`, `n_low_start`).
 
     The theorems bound the loss by O(ε²): a run that had to reach loss/loss₀ ≤ x has ε = sqrt(x·loss₀)."""
+    from icl.claims.judge import exclude
     extra = swept_columns(runs, SLOPE_KEYS)
     keys = SLOPE_KEYS + extra
     df = groupable(runs, extra).merge(summary, on="run_id").merge(theory[["run_id", "regime"]], on="run_id")
@@ -126,17 +194,25 @@ def convergence_slopes(runs: pd.DataFrame, summary: pd.DataFrame, theory: pd.Dat
     rows = []
     for key, g in df.groupby(keys, dropna=False):
         rec = dict(zip(keys, key))
-        n_div = int(g["diverged"].sum())
-        g = g[~g["diverged"]]
+        n_div = int(g["diverged"].astype(bool).sum()) if "diverged" in g else 0
+        kept, _ = exclude(g)
+        n_bad = len(g) - len(kept) - n_div
         for t in tcols:
-            s, lo, hi, n, miss = slope_with_bootstrap(g, t)
+            use, why = timing_runs(kept, t)
+            never = sum(n for w, n in why.items() if w.startswith("never"))
+            fast = sum(n for w, n in why.items() if w.startswith("crossed"))
+            low = sum(n for w, n in why.items() if w.startswith("started"))
+            s, lo, hi, n, miss = slope_with_bootstrap(use, t)
+            n_seeds = int(use["seed"].nunique())
             rows.append({**rec, "group": group_label(rec, vary), "threshold": t, "slope": s, "ci_lo": lo,
-                         "ci_hi": hi, "n_runs": n, "n_not_reached": miss, "n_diverged": n_div,
-                         "n_L": g["L"].nunique(),
-                         "theory_slope": theory_slope(g, rec["regime"], t)
-                         if pd.notna(rec["K"]) and pd.notna(rec["regime"]) and len(g) else np.nan})
-    return pd.DataFrame(rows, columns=[*keys, "group", "threshold", "slope", "ci_lo", "ci_hi", "n_runs",
-                                       "n_not_reached", "n_diverged", "n_L", "theory_slope"])
+                         "ci_hi": hi, "interval": interval_kind(n_seeds) if np.isfinite(s) else "",
+                         "n_seeds": n_seeds, "n_runs": n, "n_not_reached": never + miss, "n_diverged": n_div,
+                         "n_unstable": n_bad, "n_fast": fast, "n_low_start": low, "n_L": use["L"].nunique(),
+                         "theory_slope": theory_slope(use, rec["regime"], t)
+                         if pd.notna(rec["K"]) and pd.notna(rec["regime"]) and len(use) else np.nan})
+    return pd.DataFrame(rows, columns=[*keys, "group", "threshold", "slope", "ci_lo", "ci_hi", "interval", "n_seeds",
+                                       "n_runs", "n_not_reached", "n_diverged", "n_unstable", "n_fast", "n_low_start",
+                                       "n_L", "theory_slope"])
 
 
 def stability_class(summary: pd.DataFrame, converged_rel: float = 1e-2) -> pd.Series:

@@ -262,6 +262,7 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
     html = TEMPLATES.get_template("report.html.j2").render(
         experiment=experiment, description=exp.get("description", ""), sections=sections,
         task_kind=exp["task"]["kind"], zfb=zfb, ldl=ldl,
+        verdict_counts=verdict_counts(verdicts),
         verdict_groups=[(m, g[g["scope"] == "setting"].to_dict("records"), _common_domain(g),
                          g[g["scope"] == "run"].to_dict("records")) for m, g in verdicts.groupby("model", sort=False)],
         summary=summ.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="—", classes="tbl"),
@@ -280,15 +281,23 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
     _write(out_path, html)
 
 
+def verdict_counts(verdicts: pd.DataFrame) -> tuple[list[tuple[str, int]], int]:
+    """The counts a reader sees first, the same on the index and on each report page: per verdict,
+    the per-setting rows (scope `setting`, one verdict per claim and setting), and apart from them
+    how many per-run rows (scope `run`, e.g. every run against the mean-field curve) lie behind."""
+    scope = verdicts["scope"] if "scope" in verdicts else pd.Series("setting", index=verdicts.index)
+    counts = verdicts.loc[scope != "run", "verdict"].value_counts()
+    return [(v, int(counts.get(v, 0))) for v in claims.VERDICTS], int((scope == "run").sum())
+
+
 def index_entry(name: str, description: str, results_dir: str) -> dict:
     """What the index says of one experiment: verdict counts, runs, training time, device, key figure."""
     verdicts = read_parquet(os.path.join(results_dir, "verdicts.parquet"))
     summary = read_parquet(os.path.join(results_dir, "summary.parquet"))
     with open(os.path.join(results_dir, "thumbnail.png"), "rb") as fh:
         thumb = base64.b64encode(fh.read()).decode()
-    counts = verdicts["verdict"].value_counts()
-    return {"name": name, "description": description, "runs": len(summary),
-            "counts": [(v, int(counts.get(v, 0))) for v in claims.VERDICTS],
+    counts, per_run = verdict_counts(verdicts)
+    return {"name": name, "description": description, "runs": len(summary), "counts": counts, "per_run": per_run,
             "train_seconds": float(summary["train_seconds"].sum()),
             "devices": ", ".join(sorted(set(summary["device"].astype(str)))), "thumbnail": thumb}
 

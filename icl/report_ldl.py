@@ -74,7 +74,9 @@ def slope_figure(tabs, model, tcol="t_rel_1e-2") -> Figure | None:
             b = np.mean(np.log(g[tcol].to_numpy(float))) - r["slope"] * x.mean()
             xs = np.linspace(x.min(), x.max(), 20)
             ax.plot(np.exp(xs), np.exp(b + r["slope"] * xs), color=color,
-                    label=f"{where}: slope {r['slope']:.2f} [{r['ci_lo']:.2f}, {r['ci_hi']:.2f}], "
+                    label=f"{where}: slope {r['slope']:.2f} "
+                          f"{'range ' if str(r.get('interval', '')).startswith('range') else ''}"
+                          f"[{r['ci_lo']:.2f}, {r['ci_hi']:.2f}], "
                           f"theory {r['theory_slope']:.2f}")
     for Lst in df.get("L_split", df["L_star"]).dropna().unique():
         ax.axvline(Lst, color="grey", ls=":", lw=1)

@@ -140,3 +140,52 @@ def test_report_draws_one_line_per_group():
     assert set(tabs["stability"]["max_stable_lr"]) == {1.0}        # lr 2 diverged everywhere
     for fig in (report_ldl.slope_figure(tabs, "sq"), report_ldl.stability_figure(tabs, "sq")):
         assert base64.b64decode(str(fig)).startswith(b"\x89PNG")       # a PNG, drawn when asked for
+
+
+def test_three_seeds_give_a_range_and_say_so():
+    """With fewer than five seeds the 'interval' is the range of the seeds' own slopes (three
+    slopes' min and max, against numpy's fit to each seed alone), and is named a range."""
+    from icl.fits import interval_kind
+    df = _frame(-2.0, 0.3, seeds=3, seed=4)
+    s, lo, hi, n, _ = slope_with_bootstrap(df, "t")
+    own = [np.polyfit(np.log(g["L"]), np.log(g["t"]), 1)[0] for _, g in df.groupby("seed")]
+    assert (lo, hi) == pytest.approx((min(own), max(own)), rel=1e-12) and n == 15
+    assert interval_kind(3).startswith("range of 3 seeds' slopes") and interval_kind(5) == "95% bootstrap over 5 seeds"
+    assert np.isnan(slope_with_bootstrap(_frame(-2.0, 0.3, seeds=2), "t")[1])
+
+
+def _timed_tables(g, seeds=5):
+    """Full-batch GD runs (M = 300 prompts, one step an epoch) over L × seeds, t = 40·L⁻²·noise,
+    with their initial losses spread as the task makes them."""
+    runs, summ = [], []
+    for L in (0.5, 1.0, 2.0, 4.0):
+        for seed in range(seeds):
+            rid = f"r{L}-{seed}"
+            runs.append({"run_id": rid, "model": "sq", "model_kind": "softmax_q", "lr": 1.0, "delta": 3.0, "K": 4,
+                         "N": 100, "L": L, "seed": seed, "M": 300, "batch_size": None, "probs": None})
+            t = 400 * L ** -2.0 * np.exp(0.05 * g.standard_normal())
+            summ.append({"run_id": rid, "diverged": False, "loss0": 0.45 * L ** 2 * (1 + 0.05 * g.standard_normal()),
+                         "final_train_loss": 1e-5, "memorises": False, "t_rel_1e-1": t, "t_abs_1e-3": 3 * t})
+    runs = pd.DataFrame(runs)
+    return runs, pd.DataFrame(summ), pd.DataFrame({"run_id": runs["run_id"], "regime": "sharp"})
+
+
+def test_slopes_leave_out_what_the_verdicts_leave_out():
+    """The issue's sharp slope rested on a 2.2-epoch crossing the verdicts exclude: slopes.parquet
+    drops it (a crossing within 5 GD steps), a run that ended above its initial loss, and for an
+    absolute threshold the runs that started less than 10× above it — each counted."""
+    runs, summ, theory = _timed_tables(np.random.default_rng(3))
+    fast = summ["run_id"] == "r4.0-0"
+    summ.loc[fast, "t_rel_1e-1"] = 2.2                         # 2.2 epochs = 2.2 full-batch steps
+    summ.loc[summ["run_id"] == "r2.0-1", "final_train_loss"] = 5.0        # ended above its initial loss
+    summ.loc[runs["L"].to_numpy() == 0.5, "loss0"] = 1.1e-3 * np.linspace(0.94, 1.12, 5)   # 1.03-1.23e-3 loss₀
+    sl = convergence_slopes(runs, summ, theory, tcols=("t_rel_1e-1", "t_abs_1e-3")).set_index("threshold")
+    rel, ab = sl.loc["t_rel_1e-1"], sl.loc["t_abs_1e-3"]
+    assert rel["n_fast"] == 1 and rel["n_unstable"] == 1 and rel["n_runs"] == 18 and rel["n_low_start"] == 0
+    keep = summ[~fast & (summ["run_id"] != "r2.0-1")].merge(runs, on="run_id")
+    ref = np.polyfit(np.log(keep["L"]), np.log(keep["t_rel_1e-1"]), 1)[0]
+    assert rel["slope"] == pytest.approx(ref, rel=1e-12) and rel["slope"] == pytest.approx(-2.0, abs=0.05)
+    assert rel["interval"] == "95% bootstrap over 5 seeds" and rel["ci_lo"] < rel["slope"] < rel["ci_hi"]
+    # with the fast run in, the slope moves: the exclusion is what keeps it at −2
+    assert abs(np.polyfit(np.log(keep["L"].tolist() + [4.0]), np.log(keep["t_rel_1e-1"].tolist() + [2.2]), 1)[0] + 2) > 0.1
+    assert ab["n_low_start"] == 5 and ab["n_L"] == 3 and ab["n_runs"] == 14        # the L = 0.5 runs start at ~1e-3

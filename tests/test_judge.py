@@ -75,3 +75,68 @@ def test_fragile_lists_the_choices_that_flip_a_verdict():
     solid, edge = robust(claim, 1.0, uses=("band",))[0], robust(claim, 1.045, uses=("band",))[0]
     assert solid["verdict"] == HOLDS and solid["fragile"] == ""
     assert edge["verdict"] == HOLDS and edge["fragile"] == "band half as wide: inconclusive"
+
+
+# ----------------------------------------------------------------------------- intervals that mean what they say
+
+@pytest.mark.parametrize("k,n", [(0, 3), (3, 3), (1, 3), (7, 18), (18, 18), (5, 10), (29, 30), (3, 30)])
+def test_clopper_pearson_against_the_beta_quantiles(k, n):
+    """The exact binomial interval against an independent computation: the beta quantiles
+    B(0.025; k, n − k + 1) and B(0.975; k + 1, n − k), solved with mpmath's regularised incomplete
+    beta function."""
+    import mpmath as mp
+    from icl.stats import clopper_pearson
+    lo, hi = clopper_pearson(k, n)
+    q = lambda a, b, target: float(mp.findroot(lambda p: mp.betainc(a, b, 0, p, regularized=True) - target,  # noqa: E731
+                                               (mp.mpf("1e-12"), 1 - mp.mpf("1e-12")), solver="bisect",
+                                               tol=1e-30, verify=False))
+    ref_lo = 0.0 if k == 0 else q(k, n - k + 1, 0.025)
+    ref_hi = 1.0 if k == n else q(k + 1, n - k, 0.975)
+    assert (lo, hi) == pytest.approx((ref_lo, ref_hi), abs=1e-9)
+    # the closed forms at the ends: all or none of n runs
+    if k == n:
+        assert lo == pytest.approx(0.025 ** (1 / n), abs=1e-12)
+    if k == 0:
+        assert hi == pytest.approx(1 - 0.025 ** (1 / n), abs=1e-12)
+
+
+def test_a_share_of_runs_gets_its_exact_interval():
+    from icl.claims.judge import share
+    sh, lo, hi = share(np.array([True] * 6 + [False] * 3))
+    assert sh == pytest.approx(2 / 3) and 0.29 < lo < 0.30 and 0.92 < hi < 0.93
+    assert all(map(math.isnan, share([])))
+
+
+def test_a_zero_width_interval_from_resampling_decides_nothing():
+    """The issue's case: three runs that all count 3 phases bootstrap to [3, 3], which read
+    'holds' (or, as a difference of identical counts, 'does not hold'); a resampled interval of
+    zero width is no evidence of precision, so it reads inconclusive."""
+    from icl.claims.judge import boot_median
+    lo, hi = boot_median(np.array([3.0, 3.0, 3.0]))
+    assert lo == hi == 3.0
+    v, why = judge(lo, hi, Band(3.0, 3.0, 0.5))
+    assert v == UNSURE and "zero width" in why
+    d = np.array([1.0, 1.0, 1.0]) - np.array([1.0, 1.0, 1.0])          # "+0.00 [0, 0]": did read does not hold
+    assert judge(*boot(d, np.mean), Band(1.0, 1.0, 0.5))[0] == UNSURE
+    # float rounding is no width either; real spread between runs is
+    assert judge(0.1 + 0.2, 0.3, Band(0.0, 1.0))[0] == UNSURE
+    g = np.random.default_rng(0)
+    assert judge(*boot_median(3.0 + 0.01 * g.standard_normal(9)), Band(3.0, 3.0, 0.5))[0] == HOLDS
+
+
+def test_fewer_than_five_seeds_give_no_interval_over_seeds():
+    from icl.claims.judge import too_few_seeds
+    assert too_few_seeds(3) == "3 seeds: an interval over seeds needs at least 5"
+    assert too_few_seeds(1) == "1 seed: an interval over seeds needs at least 5"
+    assert too_few_seeds(5) == "" and too_few_seeds(12) == ""
+
+
+def test_the_index_and_the_report_count_per_setting_verdicts_with_per_run_rows_apart():
+    """The issue's case: per-run mean-field rows were added into the index's counts ('170 holds'
+    where 67 were per-setting verdicts)."""
+    from icl.report import verdict_counts
+    row = lambda v, scope: claims.verdict("ldl.mean_field", v, prediction="p", measurement="m", reason="r",  # noqa: E731
+                                          ci_lo=0.0, ci_hi=1.0, scope=scope)
+    rows = [row(HOLDS, "setting")] * 2 + [row(FAILS, "setting")] + [row(HOLDS, "run")] * 5 + [row(FAILS, "run")] * 2
+    counts, per_run = verdict_counts(claims.table("e", rows))
+    assert dict(counts) == {HOLDS: 2, FAILS: 1, UNSURE: 0, claims.NOT_TESTABLE: 0} and per_run == 7

@@ -113,9 +113,11 @@ def test_index_tells_what_was_found(finished):
     figure, its runs, training time and device."""
     index = (finished / "reports" / "index.html").read_text()
     v = pd.read_parquet(finished / "results/tiny/verdicts.parquet")
+    report = (finished / "reports" / "tiny.html").read_text()
     for verdict in ("holds", "does not hold", "inconclusive", "not testable"):
-        n = int((v["verdict"] == verdict).sum())
-        assert f'<span class="badge v-{verdict.replace(" ", "-")}">{n} {verdict}</span>' in index, verdict
+        n = int(((v["verdict"] == verdict) & (v["scope"] == "setting")).sum())      # per-setting verdicts only
+        badge = f'<span class="badge v-{verdict.replace(" ", "-")}">{n} {verdict}</span>'
+        assert badge in index and badge in report, verdict                       # the same counts in both
     assert (v["verdict"] == "not testable").sum() >= 5              # the softmax_q claims the identity decides
     assert 'alt="key figure of tiny"' in index and "8 runs; training" in index and " on cpu" in index
     thumb = (finished / "results/tiny/thumbnail.png").read_bytes()

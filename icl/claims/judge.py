@@ -12,7 +12,12 @@
 - `robust`: a verdict's robustness is data — the claim is re-judged under the other reasonable
   analysis choices (L* halved or doubled, the band ± half its width) and the `fragile` column
   lists those that flip it.
-- `boot`: the percentile bootstrap every interval comes from (icl.stats).
+- `boot`: the percentile bootstrap the intervals of continuous measurements come from
+  (icl.stats); `share`: a share of runs gets its exact binomial (Clopper–Pearson) interval, and
+  an integer count is judged as the share of runs that show the predicted count, never by
+  bootstrapping identical integers; `too_few_seeds`: a statistic over seeds is judged on at least
+  MIN_SEEDS seeds (fewer give a range, not an interval); a zero-width interval (every resample
+  alike) decides nothing.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ import pandas as pd
 
 from icl.claims import FAILS, HOLDS, UNSURE, fmt
 from icl import stats
+from icl.stats import MIN_SEEDS
 
 # run columns that say which run it is, not how it was set up
 IDENTITY = {"run_id", "shard", "data_id", "experiment", "config_hash", "code_version", "seed", "L"}
@@ -79,9 +85,14 @@ ALTERNATIVES = {"L* halved": Choices(lstar=0.5), "L* doubled": Choices(lstar=2.0
 
 def judge(lo: float, hi: float, band: Band, choices: Choices = DEFAULT, what: str = "the measurement",
           no_interval: str = "") -> tuple[str, str]:
-    """(verdict, reason) of an interval [lo, hi] against a band."""
+    """(verdict, reason) of an interval [lo, hi] against a band. An interval of zero width
+    (lo == hi up to float rounding: a bootstrap of values that are all alike) is inconclusive: it is no evidence of
+    precision (exact intervals, `share`'s, never have zero width)."""
     if not (np.isfinite(lo) and np.isfinite(hi)):
         return UNSURE, no_interval or f"{what} has no interval (too few independent runs), so it cannot hold"
+    if math.isclose(lo, hi, rel_tol=1e-9, abs_tol=1e-12):      # every resample alike (up to float rounding)
+        return UNSURE, (f"{what}'s interval [{fmt(lo)}, {fmt(hi)}] has zero width: every resample gave the same "
+                        f"value, which measures no spread between runs, so it decides nothing")
     a, b = band.edges(choices.band)
     inside = f"[{fmt(lo)}, {fmt(hi)}]"
     if a <= lo and hi <= b:
@@ -120,6 +131,25 @@ def boot_median(values, min_units: int = 3) -> tuple[float, float]:
     none with fewer than `min_units` values."""
     x = np.asarray(values, float)
     return stats.median_interval(x) if len(x) >= min_units else (math.nan, math.nan)
+
+
+def share(hits) -> tuple[float, float, float]:
+    """(share, lo, hi): the share of runs for which `hits` is true and its exact binomial
+    (Clopper–Pearson) 95% interval (icl.stats.clopper_pearson); NaN without a run."""
+    x = np.asarray(hits, bool)
+    if not len(x):
+        return math.nan, math.nan, math.nan
+    lo, hi = stats.clopper_pearson(int(x.sum()), len(x))
+    return float(x.mean()), lo, hi
+
+
+def too_few_seeds(n_seeds: int) -> str:
+    """Why a statistic over n_seeds seeds is not judged ('3 seeds: an interval over seeds needs at
+    least 5'), or '' where there are enough: with fewer than MIN_SEEDS a bootstrap over seeds is
+    the range of a handful of values, not a 95% interval."""
+    n = int(n_seeds)
+    return "" if n >= MIN_SEEDS else \
+        f"{n} seed{'s' if n != 1 else ''}: an interval over seeds needs at least {MIN_SEEDS}"
 
 
 # ----------------------------------------------------------------------------- grouping

@@ -29,18 +29,22 @@ import pandas as pd
 
 from icl import fits, stats
 from icl.claims import CLAIMS, FAILS, HOLDS, NOT_TESTABLE, UNSURE, fmt, verdict
-from icl.claims.judge import Band, Choices, DEFAULT, boot, boot_median, by_setting, exclude, join, judge, robust, settings
+from icl.claims.judge import (Band, Choices, DEFAULT, boot, boot_median, by_setting, exclude, join, judge, robust, settings,
+                              share, too_few_seeds)
 from icl.data import feature_probs
+from icl.stats import MIN_SEEDS
 from icl.tasks import scales_with_L
 from icl.theory import ldl
 
-RESOLUTION = 5            # optimisation steps: a crossing sooner than this is set by the step, not the dynamics
+RESOLUTION = fits.RESOLUTION   # optimisation steps: a crossing sooner than this is set by the step, not the dynamics
 CONVERGED = 1e-2          # Prop. 1's precondition: train loss ≤ this × the uniform-attention loss (ε = 0.1)
 ATTN_TOL = 0.1            # 1 − Attn_own = O(ε) at ε = 0.1, unit constant
 GAIN_TOL = 0.1            # unseen functions: the share of the achievable gain within 0.1 of all of it
 MEAN_FIELD_SPREAD = 2.0   # mean field: the band is this many seed-to-seed standard deviations of log loss
 MEAN_FIELD_STEP = 1.0     # mean field applies where one step is at most this times the loss's curvature scale
-PHASE_TOL = 0.5           # a count of phases is an integer: ±0.5 around the prediction
+# an integer count is judged as the share of runs that show the predicted count: it holds when most runs
+# do (the share's exact binomial interval inside [½, 1]) and does not hold when most show another
+SHARE_BAND = Band(1.0, 1.0, 0.5, floor=0.0, ceil=1.0, source="the predicted count is what most runs show")
 MONOTONE = 1e-3           # an own logit "never decreases" if no step lowers it by more than this share of its rise
 OSCILLATES = 0.02         # the off-diagonal logits' path is at least this much longer than their net change
 TIME_COLS = ("t_rel_1e-2", "t_abs_1e-3")
@@ -135,16 +139,9 @@ def regimes(df: pd.DataFrame, factor: float = 1.0) -> pd.Series:
     return pd.Series(np.where(split.notna(), out, None), index=df.index)
 
 
-def steps(df: pd.DataFrame) -> np.ndarray:
-    """Optimisation steps per epoch of each run: the training prompts over the batch size."""
-    bs = df["batch_size"].astype("Float64").fillna(df["M"].astype(float)).to_numpy(float) if "batch_size" in df \
-        else df["M"].to_numpy(float)
-    return np.ceil(df["M"].to_numpy(float) / bs)
-
-
-def resolved(df: pd.DataFrame, tcol: str = "t_rel_1e-1") -> pd.Series:
-    """Runs whose loss took at least RESOLUTION optimisation steps to cross tcol."""
-    return (df[tcol].astype(float) * steps(df) >= RESOLUTION).fillna(False)
+# optimisation steps per epoch, and the runs whose crossing of a threshold took ≥ RESOLUTION of
+# them: written once in icl.fits, which slopes.parquet reads the same way
+steps, resolved = fits.steps, fits.resolved
 
 
 def approx_identity(g: pd.DataFrame, tcol: str = "t_rel_1e-1") -> str | None:
@@ -227,9 +224,10 @@ def attention_to_one(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
 def offdiag_logits(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """Props. 2-4: while q_k rises, the off-diagonal logits q_{k,k'} fall overall, more slowly
     (rate O(·/K²) against Θ(·/K)), and oscillate. Three rows: `rate` (median −Δq_{k,k'}/Δq_k in
-    (0, 1); not testable where softmax's shift invariance fixes it), `fall` (the share of them
-    that fell, ≥ ½) and `oscillation` (how much longer their path is than their net change: a
-    monotone decay's is not longer at all)."""
+    (0, 1); not testable where softmax's shift invariance fixes it), `fall` (the share of runs
+    in which most of them fell, with its exact binomial interval, in [½, 1]) and `oscillation`
+    (the share of runs whose logits' path is ≥ 2% longer than their net change, a monotone
+    decay's being not longer at all, with its exact binomial interval, in [½, 1])."""
     cid = "ldl.offdiag_logits"
     df = s.runs
     if "qoff_fell" not in df or df["qoff_fell"].isna().all():
@@ -253,32 +251,40 @@ def offdiag_logits(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
                           reason=why, measurement=f"median over runs {np.median(r):.3f} [{fmt(lo)}, {fmt(hi)}]"))
     fell = df["qoff_fell"].astype(float).dropna().to_numpy()
     fall_band = Band(1.0, 1.0, 0.5, floor=0.0, ceil=1.0)
-    lo, hi = boot_median(fell)
-    v, why = judge(lo, hi, fall_band, choices, "the median share that fell")
+    # the median run's share ≥ ½ ⇔ at least half the runs have most of their logits fallen: judged as that
+    # share of runs, with its exact binomial interval (a bootstrap of runs that all read 1.0 has zero width)
+    most, lo, hi = share(fell >= 0.5)
+    v, why = judge(lo, hi, fall_band, choices, "the share of runs in which most off-diagonal logits fell")
     K2 = int(df["K"].iloc[0]) == 2 and shift_identity(df)
     rows.append(s.row(cid, NOT_TESTABLE if K2 else v, group="fall",
-                      prediction=f"overall decrease: the share of off-diagonal logits that fell in {fall_band.text(choices.band)}",
-                      value=float(np.median(fell)), ci_lo=lo, ci_hi=hi,
+                      prediction=f"overall decrease: most off-diagonal logits fell in a share of runs "
+                                 f"{fall_band.text(choices.band)} (exact binomial interval)",
+                      value=most, ci_lo=lo, ci_hi=hi,
                       reason=(f"with K = 2 the one off-diagonal logit falls by exactly what the own logit rises "
                               f"({shift_identity(df)})" if K2 else why),
-                      measurement=f"share that fell: median over runs {np.median(fell):.2f} [{fmt(lo)}, {fmt(hi)}]"))
+                      measurement=f"most fell in {int((fell >= 0.5).sum())} of {len(fell)} runs [{fmt(lo)}, {fmt(hi)}]; "
+                                  f"share that fell: median over runs {np.median(fell):.2f}"))
     if "qoff_path_excess" in df and df["qoff_path_excess"].notna().any():
         ex = df["qoff_path_excess"].astype(float).dropna().to_numpy()
         osc_band = Band(2 * OSCILLATES, math.inf, OSCILLATES, floor=0.0)
-        lo, hi = boot_median(ex)
-        v, why = judge(lo, hi, osc_band, choices, "the median excess path")
+        # the median run's excess in the band ⇔ at least half the runs' is: judged as that share of runs with its
+        # exact binomial interval (a monotone decay's excess is exactly 0 in every run: a bootstrap has zero width)
+        edge = osc_band.edges(choices.band)[0]
+        osc, lo, hi = share(ex >= edge)
+        v, why = judge(lo, hi, SHARE_BAND, choices, "the share of runs whose logits oscillate")
         rows.append(s.row(cid, v, group="oscillation", prediction=f"q_(k,k') oscillate: path / |net change| − 1 "
-                          f"{osc_band.text(choices.band)} (0 for a monotone change)", value=float(np.median(ex)),
-                          ci_lo=lo, ci_hi=hi, reason=why,
-                          measurement=f"path longer than the net change by a median {np.median(ex):.3g} "
-                                      f"[{fmt(lo)}, {fmt(hi)}] (every epoch's logits)"))
+                          f"{osc_band.text(choices.band)} (0 for a monotone change) in a share of runs "
+                          f"{SHARE_BAND.text(choices.band)}", value=osc, ci_lo=lo, ci_hi=hi, reason=why,
+                          measurement=f"{int((ex >= edge).sum())} of {len(ex)} runs oscillate [{fmt(lo)}, {fmt(hi)}]: path "
+                                      f"longer than the net change by a median {np.median(ex):.3g} (every epoch's logits)"))
     return rows
 
 
 def own_logit_monotone(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """Lemma 2: g_k ≥ 0, so under GD the own logit q_k never decreases. From every epoch's
     q_features: the share of runs none of whose own logits ever fell, in one epoch, by more than
-    0.1% of its rise over training (float rounding), bootstrapped over runs, against [0.9, 1]."""
+    0.1% of its rise over training (float rounding), with its exact binomial (Clopper–Pearson)
+    interval, against [0.9, 1] (so it holds only on ≥ 36 runs, all monotone)."""
     cid = "ldl.own_logit_monotone"
     band = Band(1.0, 1.0, 0.1, floor=0.0, ceil=1.0)
     pred = f"the share of runs whose own logits never fall in {band.text(choices.band)}"
@@ -289,12 +295,13 @@ def own_logit_monotone(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     if not (df["optimizer"] == "gd").all():
         return [_not_gd(s, cid)]
     drop = df["qown_drop"].astype(float).dropna().to_numpy()
-    mono = (drop <= MONOTONE).astype(float)
-    lo, hi = boot(mono, np.mean)
+    mono = drop <= MONOTONE
+    sh, lo, hi = share(mono)
     v, why = judge(lo, hi, band, choices, "the share of monotone runs")
-    return [s.row(cid, v, prediction=pred, value=float(mono.mean()), ci_lo=lo, ci_hi=hi, reason=why,
-                  measurement=f"{mono.mean():.0%} of {len(mono)} runs monotone [{fmt(lo)}, {fmt(hi)}]; the largest "
-                              f"fall of an own logit is {fmt(float(drop.max()))} of its rise")]
+    return [s.row(cid, v, prediction=pred, value=sh, ci_lo=lo, ci_hi=hi, reason=why,
+                  measurement=f"{int(mono.sum())} of {len(mono)} runs monotone ({sh:.0%}, exact binomial 95% interval "
+                              f"[{fmt(lo)}, {fmt(hi)}]); the largest fall of an own logit is {fmt(float(drop.max()))} "
+                              f"of its rise")]
 
 
 # ----------------------------------------------------------------------------- time scales (GD)
@@ -321,9 +328,16 @@ def _timing_tol(T: np.ndarray, x: np.ndarray) -> float:
     return float(np.sqrt(((dx / den) ** 2 * (0.5 / T) ** 2).sum())) * 2 if den > 0 else math.nan
 
 
-def _both_readings(s, cid, group, pred_of, lo, hi, choices, what, value, measurement, domain_eps) -> dict:
+def _both_readings(s, cid, group, pred_of, lo, hi, choices, what, value, measurement, domain_eps,
+                   too_few: str = "") -> dict:
     """One row judged with ε read from the loss and from attention: where the two disagree it is
-    inconclusive and says which reading gives what."""
+    inconclusive and says which reading gives what. `too_few` (why the spread over seeds is no
+    interval, icl.claims.judge.too_few_seeds): the row states both predictions and the value but
+    reads inconclusive for that reason, with no interval."""
+    if too_few:
+        (_, tl), (_, ta) = pred_of("loss"), pred_of("attention")
+        return s.row(cid, UNSURE, group=group, prediction=f"ε from the loss: {tl}; ε from attention: {ta}", value=value,
+                     reason=too_few, measurement=measurement, domain=domain(s.runs, domain_eps))
     out = {}
     for reading in ("loss", "attention"):
         band, text = pred_of(reading)
@@ -348,9 +362,11 @@ def _time_ready(s: Setting, cid: str) -> list[dict] | None:
 
 def time_vs_L(s: Setting, choices: Choices = DEFAULT, tcols=TIME_COLS) -> list[dict]:
     """Theorems 1-2: the log-log slope of the crossing time against L, per regime and threshold,
-    bootstrapped over seeds, against the slope of the theorems' T at each run's own ε — the band
-    spans T with and without its log factor (the constant inside it is unknown), widened by the
-    slope's timing resolution — once with ε read from the loss and once from attention."""
+    bootstrapped over seeds (at least 5; with fewer it reads inconclusive), against the slope of
+    the theorems' T at each run's own ε (absolute thresholds only on runs that started ≥ 10× above
+    them) — the band spans T with and without its log factor (the constant inside it is
+    unknown), widened by the slope's timing resolution — once with ε read from the loss and once
+    from attention."""
     cid = "ldl.time_vs_L"
     if (early := _time_ready(s, cid)):
         return early
@@ -360,13 +376,21 @@ def time_vs_L(s: Setting, choices: Choices = DEFAULT, tcols=TIME_COLS) -> list[d
         kind = "relative" if tcol.startswith("t_rel") else "absolute"
         for rg in ("flat", "sharp"):
             group = f"{rg}, {kind} {tcol.split('_')[-1]}"
-            g = df[(reg == rg) & df[tcol].notna()]
-            if tcol.startswith("t_abs"):
-                g = g[g["loss0"] > float(tcol.split("_")[-1])]        # runs that started below ε² prove nothing
-            fast = ~resolved(g, tcol)
-            g = g[~fast]
-            note = f"{int(fast.sum())} run(s) crossed within {RESOLUTION} steps and are left out" if fast.any() else ""
             pred = "slope of log T on log L"
+            here = df[reg == rg]
+            if here.empty:
+                rows.append(s.row(cid, NOT_TESTABLE, group=group, prediction=pred, measurement="no run in this regime",
+                                  reason=f"no value of L of this setting lies in the {rg} regime"))
+                continue
+            # every run left out is counted: started within 10× of an absolute threshold, never reached it, or
+            # crossed it within RESOLUTION steps (fits.timing_runs, which slopes.parquet reads the same way)
+            g, out = fits.timing_runs(here, tcol)
+            note = fits.left_out(out)
+            if g.empty and not any(w.startswith("never") for w in out):
+                rows.append(s.row(cid, NOT_TESTABLE, group=group, prediction=pred, measurement=note,
+                                  reason=f"every {rg} run was left out ({note}): none times this crossing inside the "
+                                         f"theorem's domain"))
+                continue
             if g["L"].nunique() < 2:
                 rows.append(s.row(cid, UNSURE, group=group, prediction=pred, measurement=join(
                     f"{g['L'].nunique()} value(s) of L crossed {tcol} in this regime", note),
@@ -386,29 +410,43 @@ def time_vs_L(s: Setting, choices: Choices = DEFAULT, tcols=TIME_COLS) -> list[d
                 a, b = sorted((th, power))
                 return Band(a, b, tol), f"{a:.2f} to {b:.2f}"
 
+            n_seeds = g["seed"].nunique()
             rows.append(_both_readings(s, cid, group, pred_of, lo, hi, choices, "the slope", slope,
-                                       join(f"slope {slope:.2f} [{fmt(lo)}, {fmt(hi)}] over {n} runs, "
-                                            f"{g['L'].nunique()} values of L", note),
-                                       float(np.median(eps_loss(g, tcol)))))
+                                       join(f"slope {slope:.2f} [{fmt(lo)}, {fmt(hi)}] ({fits.interval_kind(n_seeds)}) "
+                                            f"over {n} runs, {g['L'].nunique()} values of L", note),
+                                       float(np.median(eps_loss(g, tcol))), too_few_seeds(n_seeds)))
     return rows
 
 
 def time_vs_eps(s: Setting, choices: Choices = DEFAULT, t_hi="t_rel_1e-1", t_lo="t_rel_1e-3") -> list[dict]:
     """β = dlog T / dlog(1/ε) between two thresholds, per regime, against the theorems' (flat:
     T ∝ log(K/ε), β ≈ 1/log(K/ε); sharp: T ∝ log(KLΔ/ε)/ε, β ≈ 1): the median over runs,
-    bootstrapped, against the band between T with and without its log factor, under both
-    readings of ε. The late-time decay exponent a of the loss is reported beside it (a power
-    law t^−a gives β = 2/a)."""
+    bootstrapped over seeds (at least 5: a run's seed is its training set), against the band
+    between T with and without its log factor, under both readings of ε. The late-time decay
+    exponent a of the loss is reported beside it (a power law t^−a gives β = 2/a)."""
     cid = "ldl.time_vs_eps"
     if (early := _time_ready(s, cid)):
         return early
     rows, df = [], s.runs
     reg = regimes(df, choices.lstar)
     for rg in ("flat", "sharp"):
-        g = df[(reg == rg) & df[t_hi].notna() & df[t_lo].notna() & (df[t_hi] > 0)]
-        fast = ~resolved(g, t_hi)
-        g = g[~fast]
-        note = f"{int(fast.sum())} run(s) crossed {t_hi} within {RESOLUTION} steps and are left out" if fast.any() else ""
+        here = df[reg == rg]
+        if here.empty:
+            rows.append(s.row(cid, NOT_TESTABLE, group=rg, prediction="β = dlog T/dlog(1/ε)",
+                              measurement="no run in this regime",
+                              reason=f"no value of L of this setting lies in the {rg} regime"))
+            continue
+        g, out = fits.timing_runs(here, t_hi)          # every run left out is counted
+        reached = g[t_lo].astype(float) > 0
+        if (~reached).any():
+            out[f"never reached {t_lo}"] = int((~reached).sum())
+        g = g[reached]
+        note = fits.left_out(out)
+        if g.empty and not any(w.startswith("never") for w in out):
+            rows.append(s.row(cid, NOT_TESTABLE, group=rg, prediction="β = dlog T/dlog(1/ε)", measurement=note,
+                              reason=f"every {rg} run was left out ({note}): none times this crossing inside the "
+                                     f"theorem's domain"))
+            continue
         if len(g) < 3:
             rows.append(s.row(cid, UNSURE, group=rg, prediction="β = dlog T/dlog(1/ε)",
                               measurement=join(f"{len(g)} run(s) reached {t_lo.split('_')[-1]} of their initial loss", note),
@@ -423,7 +461,8 @@ def time_vs_eps(s: Setting, choices: Choices = DEFAULT, t_hi="t_rel_1e-1", t_lo=
         d, _, _ = beta("loss")
         b = np.log(T_lo / T_hi) / d
         med = float(np.median(b))
-        lo, hi = boot_median(b)
+        n_seeds = g["seed"].nunique()
+        lo, hi = boot(b, np.median, clusters=g["seed"].to_numpy(), min_units=MIN_SEEDS)
         tol = float(np.median(np.sqrt((0.5 / T_hi) ** 2 + (0.5 / T_lo) ** 2) / d))
 
         def pred_of(reading, g=g, rg=rg):
@@ -438,14 +477,15 @@ def time_vs_eps(s: Setting, choices: Choices = DEFAULT, t_hi="t_rel_1e-1", t_lo=
                 if len(a) and a.median() > 0 else "")
         rows.append(_both_readings(s, cid, rg, pred_of, lo, hi, choices, "the median β", med,
                                    join(f"β from {t_hi} to {t_lo}: median {med:.2f} [{fmt(lo)}, {fmt(hi)}] over "
-                                        f"{len(g)} runs{late}", note), float(np.median(eps_loss(g, t_lo)))))
+                                        f"{len(g)} runs, {n_seeds} seeds{late}", note), float(np.median(eps_loss(g, t_lo))),
+                                   too_few_seeds(n_seeds)))
     return rows
 
 
 def phase_one(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """Prop. 2: Phase I ends at T1 = Θ(K log K/(ηL²Δ²)), with own attention Ω(1/(1+δ)) by then.
     Measured as the epoch own attention first reaches 1/(1+δ) (every epoch's trace), its log-log
-    slope against L (seeds bootstrapped) against T1's −2, within the timing resolution."""
+    slope against L (seeds bootstrapped, at least 5) against T1's −2, within the timing resolution."""
     cid = "ldl.phase_one"
     pred = "slope of log T1 on log L = −2 (T1 ∝ 1/(ηL²Δ²))"
     df = s.runs
@@ -470,10 +510,15 @@ def phase_one(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
         return [s.row(cid, NOT_TESTABLE, prediction=pred, reason=why, measurement=note or "—")]
     slope, lo, hi, n, _ = fits.slope_with_bootstrap(g.astype({"L": float, "t_phase_one": float}), "t_phase_one")
     band = Band(-2.0, -2.0, _timing_tol(g["t_phase_one"].to_numpy(float), np.log(g["L"].to_numpy(float))))
+    n_seeds = g["seed"].nunique()
+    meas = join(f"slope {slope:.2f} [{fmt(lo)}, {fmt(hi)}] ({fits.interval_kind(n_seeds)}) over {n} runs, "
+                f"{g['L'].nunique()} values of L", note)
+    if (few := too_few_seeds(n_seeds)):
+        return [s.row(cid, UNSURE, prediction=f"{pred}: {band.text(choices.band)}", value=slope, reason=few,
+                      measurement=meas)]
     v, why = judge(lo, hi, band, choices, "the slope")
     return [s.row(cid, v, prediction=f"{pred}: {band.text(choices.band)}", value=slope, ci_lo=lo, ci_hi=hi, reason=why,
-                  measurement=join(f"slope {slope:.2f} [{fmt(lo)}, {fmt(hi)}] over {n} runs, "
-                                   f"{g['L'].nunique()} values of L", note))]
+                  measurement=meas)]
 
 
 # ----------------------------------------------------------------------------- phases and the transition
@@ -495,9 +540,11 @@ def phase_runs(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
 
 
 def phases_claim(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
-    """Two phases in the flat regime, three in the sharp (Props. 2-4): per regime the median
-    number of phases of the runs' own logit (icl.phases: the fewest stretches that each follow
-    one law of growth, counted on every epoch), bootstrapped over runs, against 2 or 3 ± ½."""
+    """Two phases in the flat regime, three in the sharp (Props. 2-4): per regime the share of
+    runs whose own logit shows the predicted number of phases (icl.phases: the fewest stretches
+    that each follow one law of growth, counted on every epoch), with its exact binomial
+    (Clopper–Pearson) interval, against [½, 1]: it holds when the predicted count is what most
+    runs show, and does not hold when most runs show another."""
     cid = "ldl.phases"
     df = s.runs
     if (why := scale_identity(df)):
@@ -511,28 +558,31 @@ def phases_claim(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     rows = []
     for rg, want in (("flat", 2), ("sharp", 3)):
         n = keep.loc[reg == rg, "n_phases"].astype(float).to_numpy()
-        band = Band(want, want, PHASE_TOL)
-        pred = f"{rg}: {want} phases ({band.text(choices.band)})"
+        band = SHARE_BAND
+        pred = f"{rg}: {want} phases in a share of runs {band.text(choices.band)}"
         if not len(n):
             rows.append(s.row(cid, UNSURE, group=rg, prediction=pred, measurement=note or "—",
                               reason=f"no {rg} run whose window can show its phases"))
             continue
-        lo, hi = boot_median(n)
-        v, why = judge(lo, hi, band, choices, "the median count")
+        sh, lo, hi = share(n == want)
+        v, why = judge(lo, hi, band, choices, f"the share of runs with {want} phases")
         counts = ", ".join(f"{int(k)}: {c}" for k, c in sorted(pd.Series(n).value_counts().items()))
-        rows.append(s.row(cid, v, group=rg, prediction=pred, value=float(np.median(n)), ci_lo=lo, ci_hi=hi, reason=why,
-                          measurement=join(f"median {np.median(n):.1f} [{fmt(lo)}, {fmt(hi)}] over {len(n)} runs "
-                                           f"(phases: runs {counts})", note)))
+        rows.append(s.row(cid, v, group=rg, prediction=pred, value=sh, ci_lo=lo, ci_hi=hi, reason=why,
+                          measurement=join(f"{int((n == want).sum())} of {len(n)} runs show {want} phases ({sh:.0%}, "
+                                           f"exact binomial 95% interval [{fmt(lo)}, {fmt(hi)}]; phases: runs {counts})",
+                                           note)))
     return rows
 
 
 def transition_at_Lstar(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
-    """More phases above L* than below: the mean count above minus below (one more, 3 − 2,
-    predicted), bootstrapped over runs within each regime, against [½, 1½]. Where Δ or N is
-    swept, the rows `boundary against Δ / N` (phase_boundary) fit where the count crosses 2.5."""
+    """One phase more above L* than below (3 − 2): flat and sharp runs are paired (each sorted by
+    seed and L, the i-th flat run with the i-th sharp one, so no run is used twice) and the share
+    of pairs whose sharp run counts exactly one phase more, with its exact binomial
+    (Clopper–Pearson) interval, is judged against [½, 1]. Where Δ or N is swept, the rows
+    `boundary against Δ / N` (phase_boundary) fit where the count crosses 2.5."""
     cid = "ldl.transition_at_Lstar"
-    band = Band(1.0, 1.0, 0.5)
-    pred = f"sharp minus flat mean phase count in {band.text(choices.band)} (3 − 2)"
+    band = SHARE_BAND
+    pred = f"sharp run one phase more than flat (3 − 2) in a share of flat/sharp run pairs {band.text(choices.band)}"
     df = s.runs
     if (why := scale_identity(df)):
         return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement="—", reason=why + " (no L can differ from another)")]
@@ -540,44 +590,40 @@ def transition_at_Lstar(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
         return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement="—", reason="the runs have no L* (continuous tokens)")]
     keep, note = phase_runs(df)
     reg = regimes(keep, choices.lstar)
-    f = keep.loc[reg == "flat", "n_phases"].astype(float).to_numpy()
-    sh = keep.loc[reg == "sharp", "n_phases"].astype(float).to_numpy()
+    order = lambda d: d.sort_values(["seed", "L"])["n_phases"].astype(float).to_numpy()      # noqa: E731
+    f, sh = order(keep[reg == "flat"]), order(keep[reg == "sharp"])
     if not ((regimes(df, choices.lstar) == "flat").any() and (regimes(df, choices.lstar) == "sharp").any()):
         return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement="—", reason="the sweep does not cross L*")]
     if not (len(f) and len(sh)):
         return [s.row(cid, UNSURE, prediction=pred, measurement=note or "—",
                       reason="one regime has no run whose window can show its phases")]
-    diff = float(sh.mean() - f.mean())
-    lo, hi = _two_sample(f, sh)
-    v, why = judge(lo, hi, band, choices, "the difference")
-    return [s.row(cid, v, prediction=pred, value=diff, ci_lo=lo, ci_hi=hi, reason=why,
-                  measurement=join(f"mean phases: {f.mean():.2f} below L* ({len(f)} runs), {sh.mean():.2f} above "
-                                   f"({len(sh)}); difference {diff:+.2f} [{fmt(lo)}, {fmt(hi)}]", note))]
-
-
-def _two_sample(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    """Bootstrap interval of mean(b) − mean(a), each resampled within itself (≥ 2 runs each)."""
-    if len(a) < 2 or len(b) < 2:
-        return math.nan, math.nan
-    d = b[stats.resamples(len(b), 1)].mean(1) - a[stats.resamples(len(a), 2)].mean(1)
-    lo, hi = np.percentile(d, [2.5, 97.5])
-    return float(lo), float(hi)
+    m = min(len(f), len(sh))
+    one_more = sh[:m] - f[:m] == 1
+    frac, lo, hi = share(one_more)
+    v, why = judge(lo, hi, band, choices, "the share of pairs one phase apart")
+    return [s.row(cid, v, prediction=pred, value=frac, ci_lo=lo, ci_hi=hi, reason=why,
+                  measurement=join(f"{int(one_more.sum())} of {m} flat/sharp run pairs one phase apart ({frac:.0%}, "
+                                   f"exact binomial 95% interval [{fmt(lo)}, {fmt(hi)}]); mean phases {f.mean():.2f} "
+                                   f"below L* ({len(f)} runs), {sh.mean():.2f} above ({len(sh)})", note))]
 
 
 def phase_boundary(s: Setting, axis: str, choices: Choices = DEFAULT) -> list[dict]:
     """Where Δ or N is swept (a setting of its own): the L at which the mean phase count first
     reaches 2.5 (geometric mean of the L either side), per value, and the slope of log boundary
     on log Δ (−1) or log N (+½), as L* = 1/(Δδ) with δ = sqrt(20K/N) says; bootstrapped over
-    seeds, within ±0.5."""
+    seeds (at least 5), within ±0.5."""
     cid = "ldl.transition_at_Lstar"
     want = {"delta": -1.0, "N": 0.5}[axis]
     name = {"delta": "Δ", "N": "N"}[axis]
     band = Band(want, want, 0.5)
     pred = f"phase boundary ∝ L* = 1/(Δδ): slope {want:+g} on log {name}, {band.text(choices.band)}"
     df = s.runs
+    group = f"boundary against {name}"
+    if df.empty and s.left_out:
+        return [s.row(cid, NOT_TESTABLE, group=group, prediction=pred, measurement="no run to judge",
+                      reason=f"every run of this setting was left out ({s.left_out})")]
     if df[axis].nunique() < 2:
         return []
-    group = f"boundary against {name}"
     if (why := scale_identity(df)):
         return [s.row(cid, NOT_TESTABLE, group=group, prediction=pred, measurement="—", reason=why)]
     keep, note = phase_runs(df)
@@ -593,18 +639,20 @@ def phase_boundary(s: Setting, axis: str, choices: Choices = DEFAULT) -> list[di
                       measurement=join(f"a boundary inside the L grid at {len(bounds)} value(s) of {name}", note),
                       reason=f"the phase count crosses 2.5 inside the L grid at fewer than two values of {name}")]
     lo, hi = _percentiles(_boundary_slopes(vals, Ds, Ls, _seed_counts(vals.shape[-1]))[0])
+    meas = join(f"boundary L by {name}: " + ", ".join(f"{D:g}: {bounds[D]:.3g}" for D in sorted(bounds))
+                + f"; slope {sl:.2f} [{fmt(lo)}, {fmt(hi)}] over {vals.shape[-1]} seeds", note)
+    if (few := too_few_seeds(vals.shape[-1])):
+        return [s.row(cid, UNSURE, group=group, prediction=pred, value=sl, reason=few, measurement=meas)]
     v, why = judge(lo, hi, band, choices, "the slope")
-    return [s.row(cid, v, group=group, prediction=pred, value=sl, ci_lo=lo, ci_hi=hi, reason=why,
-                  measurement=join(f"boundary L by {name}: " + ", ".join(f"{D:g}: {bounds[D]:.3g}" for D in sorted(bounds))
-                                   + f"; slope {sl:.2f} [{fmt(lo)}, {fmt(hi)}]", note))]
+    return [s.row(cid, v, group=group, prediction=pred, value=sl, ci_lo=lo, ci_hi=hi, reason=why, measurement=meas)]
 
 
 # ----------------------------------------------------------------------------- stability, unseen functions, mean field
 
 def _seed_counts(n_seeds: int) -> np.ndarray:
     """How often each seed is drawn in each of icl.stats' resamples of the seeds: (N_BOOT, seeds);
-    none with fewer than three seeds."""
-    if n_seeds < 3:
+    none with fewer than MIN_SEEDS seeds (a statistic over fewer is not judged: judge.too_few_seeds)."""
+    if n_seeds < MIN_SEEDS:
         return np.zeros((0, n_seeds))
     draws = stats.resamples(n_seeds)
     return np.stack([(draws == k).sum(1) for k in range(n_seeds)], axis=1).astype(float)
@@ -670,8 +718,8 @@ def _spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def step_size(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """The flat regime tolerates larger steps: Spearman ρ between L and the largest stable GD
-    learning rate (no seed diverged or ended above its loss₀), bootstrapped over seeds, in
-    [−1, −½]."""
+    learning rate (no seed diverged or ended above its loss₀), bootstrapped over seeds (at least
+    5), in [−1, −½]."""
     cid = "ldl.step_size"
     band = Band(-1.0, -1.0, 0.5, floor=-1.0, ceil=1.0)
     pred = f"largest stable lr falls with L: Spearman ρ {band.text(choices.band)}"
@@ -702,10 +750,12 @@ def step_size(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
 
     value = float(rho(np.ones((1, cube.shape[-1])))[0])
     lo, hi = _percentiles(rho(_seed_counts(cube.shape[-1])))
+    meas = (f"Spearman ρ(L, largest stable lr) = {value:.2f} [{fmt(lo)}, {fmt(hi)}] over {runs['L'].nunique()} L × "
+            f"{runs['lr'].nunique()} learning rates × {cube.shape[-1]} seeds")
+    if (few := too_few_seeds(cube.shape[-1])):
+        return [s.row(cid, UNSURE, prediction=pred, value=value, reason=few, measurement=meas)]
     v, why = judge(lo, hi, band, choices, "ρ")
-    return [s.row(cid, v, prediction=pred, value=value, ci_lo=lo, ci_hi=hi, reason=why,
-                  measurement=f"Spearman ρ(L, largest stable lr) = {value:.2f} [{fmt(lo)}, {fmt(hi)}] over "
-                              f"{runs['L'].nunique()} L × {runs['lr'].nunique()} learning rates")]
+    return [s.row(cid, v, prediction=pred, value=value, ci_lo=lo, ci_hi=hi, reason=why, measurement=meas)]
 
 
 def unseen_functions(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
@@ -842,9 +892,12 @@ def verdicts(tabs: dict, model: str) -> list[dict]:
     rows = []
     for lab, g in by_setting(df, cols):
         s = setting(lab, g)
-        if s.runs.empty:
-            rows.append(s.row("ldl.attention_to_one", UNSURE, prediction="—", measurement="no run to judge",
-                              reason="every run of this setting was left out"))
+        if s.runs.empty:                  # every claim of the setting reads not testable, the runs counted
+            rows += [s.row(cid, NOT_TESTABLE, prediction="—", measurement="no run to judge",
+                           reason=f"every run of this setting was left out ({s.left_out})")
+                     for cid in ("ldl.attention_to_one", "ldl.offdiag_logits", "ldl.own_logit_monotone",
+                                 "ldl.phases", "ldl.transition_at_Lstar", "ldl.time_vs_L", "ldl.time_vs_eps",
+                                 "ldl.phase_one", "ldl.unseen_functions", "ldl.mean_field")]
             continue
         rows += [*robust(attention_to_one, s, uses=("band",)), *robust(offdiag_logits, s, uses=("band",)),
                  *robust(own_logit_monotone, s, uses=("band",)), *robust(phases_claim, s),
