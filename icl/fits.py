@@ -37,6 +37,15 @@ def swept_columns(runs: pd.DataFrame, base: list[str]) -> list[str]:
     return extra
 
 
+def step_key(df: pd.DataFrame) -> pd.Series:
+    """The learning rate that names a run's group: its lr, or with lr_rule: clock (the plan sets
+    each run's step from its Δ and L, icl.plan.with_step) the configured one, lr_ref."""
+    if "lr_rule" not in df or "lr_ref" not in df:
+        return df["lr"]
+    clock = df["lr_rule"].astype(str).eq("clock").to_numpy()
+    return pd.Series(np.where(clock, df["lr_ref"].astype(float), df["lr"].astype(float)), index=df.index)
+
+
 def groupable(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     """List-valued settings (probs, a covariance spectrum) as strings, so they can be group keys."""
     df = df.copy()
@@ -190,6 +199,7 @@ def convergence_slopes(runs: pd.DataFrame, summary: pd.DataFrame, theory: pd.Dat
     extra = swept_columns(runs, SLOPE_KEYS)
     keys = SLOPE_KEYS + extra
     df = groupable(runs, extra).merge(summary, on="run_id").merge(theory[["run_id", "regime"]], on="run_id")
+    df = df.assign(step=df["lr"], lr=step_key(df))       # lr_rule: clock groups by the configured lr
     vary = [k for k in keys[2:] if df[k].astype(str).nunique() > 1 and k != "regime"]
     rows = []
     for key, g in df.groupby(keys, dropna=False):
@@ -208,7 +218,7 @@ def convergence_slopes(runs: pd.DataFrame, summary: pd.DataFrame, theory: pd.Dat
                          "ci_hi": hi, "interval": interval_kind(n_seeds) if np.isfinite(s) else "",
                          "n_seeds": n_seeds, "n_runs": n, "n_not_reached": never + miss, "n_diverged": n_div,
                          "n_unstable": n_bad, "n_fast": fast, "n_low_start": low, "n_L": use["L"].nunique(),
-                         "theory_slope": theory_slope(use, rec["regime"], t)
+                         "theory_slope": theory_slope(use.assign(lr=use["step"]), rec["regime"], t)
                          if pd.notna(rec["K"]) and pd.notna(rec["regime"]) and len(use) else np.nan})
     return pd.DataFrame(rows, columns=[*keys, "group", "threshold", "slope", "ci_lo", "ci_hi", "interval", "n_seeds",
                                        "n_runs", "n_not_reached", "n_diverged", "n_unstable", "n_fast", "n_low_start",

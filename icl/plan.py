@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from icl import models
 from icl.config import check_experiment
-from icl.data import data_spec, prompt_file_bytes
+from icl.data import data_spec, features, prompt_file_bytes
 from icl.errors import ConfigError
 from icl.sweep import expand, sweep_keys
 
@@ -42,7 +42,7 @@ def identity(spec: dict) -> dict:
 
 def shape_key(spec: dict) -> dict:
     """Runs that agree on this have identical tensor shapes and one optimizer: one ensemble."""
-    model = {k: v for k, v in spec["model"].items() if k not in ("lr", "name")}
+    model = {k: v for k, v in spec["model"].items() if k not in ("lr", "lr_ref", "name")}
     tok = spec["tokens"]
     return {
         "model": model,
@@ -104,7 +104,7 @@ def plan(cfg: dict, name: str) -> list[Run]:
         specs = expand(exp, check_experiment)
     except ConfigError as e:
         raise ConfigError(f"experiments.{name}.{e}") from None
-    for spec in specs:
+    for spec in map(with_step, specs):
         rid = stable_hash(identity(spec))
         if rid not in runs:  # a sweep that repeats a point trains it once
             runs[rid] = Run(run_id=rid, data_id=stable_hash(data_spec(spec)), spec=spec)
@@ -129,6 +129,29 @@ def plan(cfg: dict, name: str) -> list[Run]:
             for r in chunk:
                 r.shard = shard
     return list(runs.values())
+
+
+def with_step(spec: dict) -> dict:
+    """The run spec with the GD step it trains with. A model without `lr_rule` (or with
+    `lr_rule: fixed`) trains at its `lr`, and its spec, so its run id, is unchanged. With
+    `lr_rule: clock` (softmax_q under GD, discrete tokens, a task with a label covariance: checked
+    by icl.config) the configured lr is the step at the reference setting Δ = 3, L = c = 1
+    (icl.theory.ldl.REF_*; same d, K, features and task family), and the run's step is the one
+    whose collapse clock η‖v‖⁴·E[(f(v_k) − f(v_k'))²] runs as fast there (icl.theory.ldl.clock_lr):
+    `lr` becomes that step (what runs.parquet records and training uses, to 6 significant digits)
+    and `lr_ref` keeps the configured value."""
+    model = spec["model"]
+    if model.get("lr_rule", "fixed") != "clock":
+        return spec
+    from icl.tasks import family
+    from icl.theory import ldl
+    tok, task = spec["tokens"], spec["task"]
+    fam = family(task["kind"])
+    ref_tok = {**tok, "delta": ldl.REF_DELTA}
+    ref_task = {**task, "L": ldl.REF_L, **({"c": ldl.REF_C} if "c" in task else {})}
+    V, V_ref = features(tok, spec["seed"]).astype(float), features(ref_tok, spec["seed"]).astype(float)
+    eta = ldl.clock_lr(model["lr"], V, fam.label_cov(task, V), V_ref, fam.label_cov(ref_task, V_ref))
+    return {**spec, "model": {**model, "lr": float(f"{eta:.6g}"), "lr_ref": model["lr"]}}
 
 
 def sweep_position(spec: dict, keys: list[str]) -> list[str]:

@@ -211,6 +211,31 @@ def _common_domain(rows: pd.DataFrame) -> str:
     return d.mode().iloc[0] if len(d) else ""
 
 
+BAND_CHOICES = ("band half as wide", "band half again as wide")
+
+
+def claim_robustness(verdicts: pd.DataFrame) -> dict[str, dict]:
+    """Per claim, over its per-setting rows: how many are decided (holds / does not hold), how many
+    of those are fragile (another reasonable analysis choice reads otherwise) and how many flip with
+    the band alone (half as wide or half again as wide), and `header`: the sentence its header
+    carries — "decided mostly by its band" where more than half of its decided rows flip with it."""
+    out = {}
+    rows = verdicts[verdicts["scope"] == "setting"] if "scope" in verdicts else verdicts
+    for cid, g in rows.groupby("claim_id", sort=False):
+        decided = g[g["verdict"].isin([claims.HOLDS, claims.FAILS])]
+        frag = decided["fragile"].fillna("").astype(str)
+        n, k = len(decided), int((frag != "").sum())
+        band = int(frag.map(lambda f: any(b in f for b in BAND_CHOICES)).sum())
+        header = ""
+        if n and band > n / 2:
+            header = (f"decided mostly by its band: {band} of {n} decided rows read otherwise when the band is half as "
+                      "wide or half again as wide")
+        out[cid] = {"decided": n, "fragile": k, "band": band, "share": k / n if n else float("nan"),
+                    "text": (f"{k} of {n} decided rows fragile ({k / n:.0%})" if n else "no decided row"),
+                    "header": header}
+    return out
+
+
 def key_figure(sections: list[dict], zfb: dict | None) -> Figure | None:
     """The figure the index shows for an experiment: ZFB's error under shift, else the first loss figure."""
     figs = (zfb or {}).get("figures") or [f for s in sections for f in s["figures"]]
@@ -263,6 +288,7 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
         experiment=experiment, description=exp.get("description", ""), sections=sections,
         task_kind=exp["task"]["kind"], zfb=zfb, ldl=ldl,
         verdict_counts=verdict_counts(verdicts),
+        robustness=claim_robustness(verdicts),
         verdict_groups=[(m, g[g["scope"] == "setting"].to_dict("records"), _common_domain(g),
                          g[g["scope"] == "run"].to_dict("records")) for m, g in verdicts.groupby("model", sort=False)],
         summary=summ.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="—", classes="tbl"),

@@ -59,6 +59,7 @@ def slope_figure(tabs, model, tcol="t_rel_1e-2") -> Figure | None:
     df = df[(df["model"] == model) & df[tcol].notna() & (df[tcol] > 0)]
     if df["L"].nunique() < 2:
         return None
+    df = df.assign(lr=fits.step_key(df))               # slopes.parquet's lr (lr_ref where the step follows the clock)
     keys = [k for k in sl.columns if k in df.columns and k not in ("model", "model_kind")]
     df = fits.groupable(df, keys)
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
@@ -167,3 +168,27 @@ def regimes_by_model_table(tabs) -> str:
         if isinstance(t[c].dtype, (pd.Int64Dtype, pd.Float64Dtype)):
             t[c] = t[c].astype("float64")
     return t.to_html(index=False, float_format=lambda v: f"{v:.3g}", na_rep="—", classes="tbl")
+
+
+def phase_note(tabs) -> str:
+    """What a count of phases can show here, from the phase counter's table on the theory's own
+    curves (icl.claims.ldl.PHASE_COUNTER, benchmarks/phase_counter.py); '' for runs without an
+    own-feature logit. Where LDL's own mean-field flow counts fewer than three phases in the sharp
+    regime, it says that the third phase is not visible in the theory's own mean-field limit."""
+    from icl.claims.ldl import PHASE_COUNTER
+    df = tabs["runs"].merge(tabs["summary"], on="run_id")
+    if "n_phases" not in df or df["n_phases"].isna().all():
+        return ""
+    mf = PHASE_COUNTER["mean_field"]
+    kinds = sorted(k for k in set(df["model_kind"].astype(str))
+                   if k in PHASE_COUNTER and PHASE_COUNTER[k]["flat"] == PHASE_COUNTER[k]["sharp"])
+    out = []
+    if mf["sharp"] < 3:
+        out.append(f"On LDL's own mean-field flow (Lemma 2 with balanced counts, no free constant) the phase counter "
+                   f"counts {mf['sharp']} phases in the sharp regime, as in the flat one ({mf['flat']}): LDL's third "
+                   f"phase is not visible in its own mean-field limit.")
+    if kinds:
+        out.append(f"On the theory's own curves the counter counts the same number of phases in both regimes for "
+                   f"{', '.join(kinds)} (benchmarks/phase_counter.py; README, Verdicts), so the phase claims on "
+                   f"{'it' if len(kinds) == 1 else 'them'} read inconclusive.")
+    return " ".join(out)

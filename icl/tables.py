@@ -30,7 +30,8 @@ def run_row(run: dict) -> dict:
     row = {
         "run_id": run["run_id"], "shard": run["shard"], "data_id": run["data_id"],
         "model": model["name"], "model_kind": model["kind"], "optimizer": model["optimizer"],
-        "lr": float(model["lr"]), **models.columns(s), "seed": int(s["seed"]),
+        "lr": float(model["lr"]), "lr_rule": model.get("lr_rule"), "lr_ref": model.get("lr_ref"),
+        **models.columns(s), "seed": int(s["seed"]),
         "token_kind": tok["kind"], "d": tok["d"], "K": tok.get("K"), "delta": tok.get("delta"),
         "noise": tok.get("noise"), "features": tok.get("features"),
         "probs": json.dumps(tok["probs"]) if tok.get("probs") is not None else None,
@@ -46,7 +47,7 @@ def run_row(run: dict) -> dict:
 
 def runs_table(runs: list[dict], experiment: str, config_hash: str) -> pd.DataFrame:
     df = pd.DataFrame([run_row(r) for r in runs])
-    for col, dtype in {"K": "Int64", "batch_size": "Int64", "delta": "Float64", "noise": "Float64", "L": "Float64",
+    for col, dtype in {"K": "Int64", "batch_size": "Int64", "lr_rule": "string", "lr_ref": "Float64", "delta": "Float64", "noise": "Float64", "L": "Float64",
                        "c": "Float64", "scale": "Float64", **models.setting_columns()}.items():
         df[col] = df[col].astype(dtype)
     df.insert(1, "experiment", experiment)

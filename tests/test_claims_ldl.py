@@ -2,6 +2,8 @@
 of L, initial losses from the task, 5% run-to-run noise in times, attention at the crossings as
 Lemma 1 links it to the loss) and then changed to make the claim hold, fail, be inconclusive and
 not testable: a verdict no data can flip is a defect."""
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -338,25 +340,88 @@ def test_step_size():
 def test_unseen_functions_is_measured_against_what_needs_no_training():
     """The issue's held-out block: its random head starts 30x above uniform attention, so final /
     initial test loss is tiny whatever it learns; against uniform attention it kept 86% of the
-    uniform loss: it learned little in context and does not hold."""
+    uniform loss: it learned its training prompts but recovers little of the gain on new functions,
+    and does not hold — the reason says how little, in the numbers."""
     df = runs(kind="transformer_block", c=0.5)
     assert one(C.unseen_functions(setting(df)))["verdict"] == HOLDS
-    nothing = df.assign(final_test_loss=0.86 * df["uniform_test_loss"]
-                        * np.exp(0.02 * np.random.default_rng(9).standard_normal(len(df))))
+    nothing = df.assign(final_test_loss=0.86 * df["uniform_test_loss"] * jitter(len(df)))
     r = one(C.unseen_functions(setting(nothing)))
     assert (nothing["final_test_loss"] / nothing["loss0"]).max() < 0.05      # the old criterion would hold
-    assert r["verdict"] == FAILS and "little better than uniform attention" in r["reason"]
+    got = re.search(r"recovers only ([0-9.]+) of the gain .*its test loss ([0-9.]+)× uniform", r["reason"])
+    assert r["verdict"] == FAILS and got, r["reason"]
+    assert 0.1 < float(got.group(1)) < 0.18 and 0.83 < float(got.group(2)) < 0.89
+    # worse than uniform attention on new functions (a learned training loss): said as such
+    worse = df.assign(final_test_loss=1.5 * df["uniform_test_loss"] * jitter(len(df)))
+    r = one(C.unseen_functions(setting(worse)))
+    assert r["verdict"] == FAILS and "worse than uniform attention" in r["reason"] and "little better" not in r["reason"]
     half = df.assign(final_test_loss=np.where(df["seed"] == 0, 0.5, 0.03) * df["uniform_test_loss"])
     assert one(C.unseen_functions(setting(half)))["verdict"] == UNSURE
 
 
-def mf_tables(df, ratio, spread=0.02, epochs=np.arange(0, 200, 10)):
+def jitter(n, sd=0.02, seed=3):
+    """Run-to-run scatter of a loss ratio (identical ratios would give a zero-width interval)."""
+    return np.exp(sd * np.random.default_rng(seed).standard_normal(n))
+
+
+def train_ratio(text):
+    """The largest final train loss / uniform attention's a gate sentence states ('1.47–1.55×')."""
+    got = re.search(r"train loss ([0-9.]+)(?:–([0-9.]+))?× uniform", text)
+    return float(got.group(2) or got.group(1))
+
+
+def test_runs_that_did_not_learn_are_counted_and_left_out():
+    """Issue 28 item 4, the learning gate (icl.claims.learned) for attention_to_one and
+    unseen_functions: a run whose final train loss is 1.5x uniform attention's (ldl_depth's GPTs)
+    has not learned: left out and counted; a setting with none reads not testable, saying so with
+    the numbers (worse than uniform attention, not "little better")."""
+    df = runs(kind="transformer_block", c=0.5)
+    bad = df["seed"] == 0
+    worse = 1.5 * jitter(len(df), 0.01)
+    mixed = df.assign(final_train_loss=np.where(bad, worse * df["uniform_train_loss"], df["final_train_loss"]),
+                      final_test_loss=np.where(bad, worse * df["uniform_test_loss"], df["final_test_loss"]),
+                      attn_own_final=np.where(bad, 0.3, df["attn_own_final"]))
+    for claim in (C.unseen_functions, C.attention_to_one):
+        r = one(claim(setting(mixed)))
+        assert r["verdict"] == HOLDS, r
+        assert "6 of 18 runs left out as not learned" in r["measurement"], r
+        assert 1.4 < train_ratio(r["measurement"]) < 1.6 and "worse than uniform attention" in r["measurement"]
+    none = mixed.assign(final_train_loss=worse * df["uniform_train_loss"], final_test_loss=worse * df["uniform_test_loss"])
+    for claim in (C.unseen_functions, C.attention_to_one):
+        r = one(claim(setting(none)))
+        assert r["verdict"] == NOT_TESTABLE and r["reason"].startswith("the model has not learned"), r
+        assert 1.4 < train_ratio(r["reason"]) < 1.6 and "worse than uniform attention" in r["reason"]
+        assert "little better" not in r["reason"]
+    # closed only a fifth of the gap: not learned, and said as a share, not as "worse"
+    r = one(C.unseen_functions(setting(df.assign(final_train_loss=0.8 * df["uniform_train_loss"]))))
+    assert r["verdict"] == NOT_TESTABLE and "train loss 0.8× uniform" in r["reason"] and "closed 0.2 of the gap" in r["reason"]
+    assert "worse" not in r["reason"]
+    # a GPT trained on every x position: its objective is said beside the numbers
+    gpt = none.assign(model_kind="gpt", loss="all")
+    assert "every x position" in one(C.unseen_functions(setting(gpt)))["reason"]
+
+
+def test_unseen_functions_on_continuous_tokens_has_no_oracle_to_reach():
+    """ldl_polynomial: continuous tokens have no feature oracle (oracle_test_loss is NaN); judging
+    against 0 asked for what a label-averaging model cannot reach. Not testable, saying why."""
+    df = runs(kind="transformer_block", c=0.5).assign(token_kind="gaussian", K=pd.NA, oracle_test_loss=np.nan)
+    r = one(C.unseen_functions(setting(df)))
+    assert r["verdict"] == NOT_TESTABLE and "no feature oracle" in r["reason"] and "out of reach" in r["reason"]
+
+
+def mf_tables(df, ratio, spread=0.02, epochs=np.arange(0, 200, 10), rate=0.02, bias=0.03):
+    """train_loss curves `ratio` times the balanced mean-field curve (falling e^(−rate·t): 45x over
+    the window at the default rate) with a seed-to-seed scatter `spread` in log, and the flow on
+    each run's sampled feature counts `bias` above the balanced one in log (the 2-5% the issue
+    measured), each run's own bias scattered by a tenth of it."""
     g = np.random.default_rng(5)
-    mf = pd.DataFrame([(r, e, "mean_field_loss", np.exp(-0.01 * e)) for r in df["run_id"] for e in epochs],
+    mf = pd.DataFrame([(r, e, "mean_field_loss", np.exp(-rate * e)) for r in df["run_id"] for e in epochs],
                       columns=["run_id", "epoch", "metric", "value"])
     noise = {r: spread * g.standard_normal() for r in df["run_id"]}
+    own = {r: bias * (1 + 0.1 * g.standard_normal()) for r in df["run_id"]}
     cur = mf.assign(metric="train_loss", value=[v * ratio * np.exp(noise[r]) for r, v in zip(mf["run_id"], mf["value"])])
-    return cur, mf
+    sampled = mf.assign(metric="mean_field_loss_sampled",
+                        value=[v * np.exp(own[r]) for r, v in zip(mf["run_id"], mf["value"])])
+    return cur, pd.concat([mf, sampled], ignore_index=True)
 
 
 @pytest.mark.parametrize("ratio,expect", [(1.0, HOLDS), (1.6, FAILS)])
@@ -369,6 +434,31 @@ def test_mean_field_per_setting_with_a_measured_band(ratio, expect):
     per_run = [r for r in rows if r["scope"] == "run"]
     assert top[0]["group"] == "lr=8; L=0.3"
     assert [r["group"] for r in per_run] == [f"lr=8; L=0.3; seed={s}" for s in range(5)]
+
+
+@pytest.mark.parametrize("bias,expect", [(0.0, FAILS), (0.08, HOLDS)])
+def test_mean_field_band_covers_the_sampled_count_bias(bias, expect):
+    """Issue 28 item 3: the band is built from the approximation's measured bias. Runs 7% above the
+    balanced curve (the +0.5% to +6% the issue found), seeds scattered by 1% in log: against a band
+    of the seeds' spread alone they do not hold; where the flow on the runs' own sampled counts
+    sits 8% above the balanced one, the band covers that difference and they hold."""
+    df = runs(Ls=(0.3,), seeds=(0, 1, 2, 3, 4))
+    cur, mf = mf_tables(df, np.exp(0.07), spread=0.01, bias=bias)
+    top = [r for r in C.mean_field(setting(df, curves=cur, theory_curves=mf)) if r["scope"] == "setting"]
+    assert len(top) == 1 and top[0]["verdict"] == expect, top
+    assert "sampled-count flow's bias" in top[0]["prediction"]
+
+
+def test_mean_field_needs_dynamics_in_its_window_and_the_sampled_flow():
+    """A loss that fell by less than a decade in the window (nothing happened, as predicted: a
+    vacuous agreement) reads not testable; so does a theory table without the sampled-count flow."""
+    df = runs(Ls=(0.3,), seeds=(0, 1, 2, 3, 4))
+    cur, mf = mf_tables(df, 1.0, rate=0.01)                  # e^(−1.9): 6.7x over the window
+    r = one(C.mean_field(setting(df, curves=cur, theory_curves=mf)))
+    assert r["verdict"] == NOT_TESTABLE and "less than a decade" in r["reason"] and "6.69×" in r["reason"], r
+    cur, mf = mf_tables(df, 1.0)
+    r = one(C.mean_field(setting(df, curves=cur, theory_curves=mf[mf["metric"] == "mean_field_loss"])))
+    assert r["verdict"] == NOT_TESTABLE and "rerun the theory step" in r["reason"]
 
 
 def test_mean_field_does_not_apply_at_steps_beyond_the_curvature():
@@ -497,3 +587,23 @@ def test_domain_names_the_broken_assumption():
     assert "δ = sqrt(20K/N) = 0.20 ≥ min p_k = 0.10 (K=4, N=2000)" in C.domain(skewed)
     big = runs().assign(N=2000)
     assert C.domain(big) == "" and "K = 4 < 1/ε = 10" in C.domain(big, eps=0.1)
+
+
+def test_the_report_says_which_claims_their_band_decides():
+    """Issue 28 item 3: per claim, the share of its decided rows that are fragile, and a claim decided
+    mostly by its band says so in its header (icl.report.claim_robustness). Runs 7% above the
+    balanced curve, a sampled-count bias of 3% and seeds 1% apart: every L reads does not hold, and
+    every one reads otherwise with the band half again as wide. attention_to_one on the same runs
+    is decided by the data."""
+    from icl.report import claim_robustness
+    df = runs(Ls=(0.2, 0.3, 0.5), seeds=FIVE)
+    cur, mf = mf_tables(df, np.exp(0.07), spread=0.01, bias=0.03)
+    s = setting(df, curves=cur, theory_curves=mf)
+    rows = robust(C.mean_field, s, uses=("band",)) + robust(C.attention_to_one, s, uses=("band",))
+    tab = claims.table("e", rows)
+    mf_rows = tab[(tab["claim_id"] == "ldl.mean_field") & (tab["scope"] == "setting")]
+    assert (mf_rows["verdict"] == FAILS).all() and mf_rows["fragile"].str.contains("band half again").all()
+    got = claim_robustness(tab)
+    assert got["ldl.mean_field"]["decided"] == 3 and got["ldl.mean_field"]["share"] == 1.0
+    assert got["ldl.mean_field"]["header"].startswith("decided mostly by its band: 3 of 3")
+    assert got["ldl.attention_to_one"]["header"] == "" and got["ldl.attention_to_one"]["text"].startswith("0 of 1")

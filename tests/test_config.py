@@ -46,6 +46,8 @@ BAD = [  # (path, value, words the message must contain)
     ("models.0.optimizer", "sgd", ["experiments.tiny.models.0.optimizer", "adam"]),
     ("models.1.name", "sq", ["experiments.tiny.models", "duplicate model name 'sq'"]),
     ("models.0.width", 8, ["experiments.tiny.models.0", "width"]),
+    ("models.0.lr_rule", "sometimes", ["experiments.tiny.models.0.lr_rule", "'sometimes' is not allowed", "clock"]),
+    ("models.1.lr_rule", "clock", ["experiments.tiny.models.1", "unknown key 'lr_rule'"]),
     ("train.epochs", -5, ["experiments.tiny.train.epochs", ">= 1"]),
     ("train.log_every", 100, ["experiments.tiny.train.log_every", "larger than epochs"]),
     ("train.batch_size", 1000, ["experiments.tiny.train.batch_size", "prompts.train"]),
@@ -209,3 +211,36 @@ def test_noise_levels_train_apart(tiny_raw):
     for r in runs:
         by_shard.setdefault(r.shard, set()).add(bool(r.spec["tokens"]["noise"]))
     assert len(by_shard) == 2 and all(len(v) == 1 for v in by_shard.values())
+
+
+def test_clock_rule_needs_gd_discrete_tokens_and_a_known_label_covariance(tiny_raw):
+    """lr_rule: clock reads the task's label covariance at the features and sets a GD step: each
+    missing piece is named in one line."""
+    for path, value, words in (("models.0.optimizer", "adam", "optimizer: gd"),
+                               ("task", {"kind": "polynomial", "L": 1.0}, "label covariance")):
+        raw = _set(copy.deepcopy(tiny_raw), "models.0.lr_rule", "clock")
+        with pytest.raises(ConfigError) as e:
+            validate(_set(raw, path, value))
+        assert "experiments.tiny.models.0.lr_rule" in str(e.value) and words in str(e.value)
+        assert "\n" not in str(e.value)
+
+
+def test_clock_rule_gives_each_delta_and_L_its_step_and_leaves_other_ids_alone(tiny_raw):
+    """With lr_rule: clock the plan sets each run's lr (what runs.parquet records and training
+    uses) from Δ and L; without it nothing changes: the same ids as before the option existed."""
+    before = {r.run_id for r in plan(validate(tiny_raw), "tiny")}
+    tiny_raw["experiments"]["tiny"]["sweep"]["tokens.delta"] = [2.0, 4.0]
+    plain = plan(validate(tiny_raw), "tiny")
+    assert before <= {r.run_id for r in plain}
+    _set(tiny_raw, "models.0.lr_rule", "clock")
+    runs = [r for r in plan(validate(tiny_raw), "tiny") if r.spec["model"]["name"] == "sq"]
+    lr = {(r.spec["tokens"]["delta"], r.spec["task"]["L"]): r.spec["model"]["lr"] for r in runs}
+    assert len(set(lr.values())) == 4 and lr[(2.0, 0.2)] > lr[(4.0, 0.2)] > lr[(4.0, 1.5)]
+    assert {r.spec["model"]["lr_ref"] for r in runs} == {2.0}
+    assert len({r.shard for r in runs}) == 1                  # one shape: one ensemble, whatever its steps
+    from icl.tables import runs_table
+    df = runs_table([{"run_id": r.run_id, "data_id": r.data_id, "shard": r.shard, "spec": r.spec} for r in runs], "tiny", "h")
+    assert sorted(df["lr"]) == sorted(lr[(r.spec["tokens"]["delta"], r.spec["task"]["L"])] for r in runs)
+    assert (df["lr_rule"] == "clock").all() and (df["lr_ref"] == 2.0).all()
+    from icl.claims.judge import settings
+    assert "lr" not in settings(df) and "delta" in settings(df)      # the step moves with the settings, not a setting

@@ -429,3 +429,51 @@ def test_rotated_thm42_and_closed_forms():
     assert lsa.optimum_risk(Lam, N, M) == pytest.approx(closed)
     assert lsa.optimum_risk(Lam, N, N) == pytest.approx(t - np.trace(Lam @ Lam @ Gi))
     assert lsa.scaled_slope(Lam, N, 2.0) == pytest.approx(4 * np.trace(Gi @ Lam @ Lam) / t)
+
+
+# ----------------------------------------------------------------------------- excess risk (zfb.optimum)
+
+def test_risk_many_is_risk_matrix_by_matrix():
+    rng = np.random.default_rng(21)
+    d, M = 3, 7
+    Lam = rand_spd(rng, d)
+    Bs = rng.standard_normal((5, 2, d, d))
+    np.testing.assert_allclose(lsa.risk_many(Bs, Lam, M), [[lsa.risk(b, Lam, M) for b in row] for row in Bs], rtol=1e-12)
+    np.testing.assert_allclose(lsa.random_cov_risk_many(Bs, d, M, scale=1.5),
+                               [[lsa.random_cov_risk(b, d, M, scale=1.5) for b in row] for row in Bs], rtol=1e-12)
+
+
+@pytest.mark.parametrize("law", ["fixed", "random"])
+def test_excess_ratio_against_monte_carlo(law):
+    """zfb.optimum's statistic, (R(B̄) − R(Γ⁻¹))/(R(Λ⁻¹) − R(Γ⁻¹)) at M = N, against the same ratio of
+    squared errors on common Monte Carlo prompts (400k, delta method, within K_SE standard errors):
+    B̄ a third of the way from the optimum to its limit plus an off-optimum perturbation, as a
+    trained LSA's time-averaged matrix. Along B* + t(B∞ − B*) the ratio is t² exactly."""
+    rng = np.random.default_rng({"fixed": 31, "random": 32}[law])
+    d, N, P = 3, 8, 400_000
+    if law == "fixed":
+        Lam = rand_spd(rng, d)
+        opt, lim = lsa.optimal_B(Lam, N), np.linalg.inv(Lam)
+        risk_fn = lambda Bs: lsa.risk_many(Bs, Lam, N)                          # noqa: E731
+        x, y, xq, yq = sample_prompts(rng, P, N, Lam)
+    else:
+        opt, lim = lsa.random_cov_optimal_B(d, N), np.eye(d) / 3.0
+        risk_fn = lambda Bs: lsa.random_cov_risk_many(Bs, d, N)                 # noqa: E731
+        lam = rng.standard_exponential((P, 1, d))
+        x = rng.standard_normal((P, N, d)) * np.sqrt(lam)
+        xq = rng.standard_normal((P, d)) * np.sqrt(lam[:, 0])
+        w = rng.standard_normal((P, d))
+        y, yq = np.einsum("pmd,pd->pm", x, w), np.einsum("pd,pd->p", xq, w)
+    B = opt + (lim - opt) / 3 + 0.05 * np.linalg.norm(opt) * rng.standard_normal((d, d))
+    err = {k: (lsa.lsa_predict(b, x, y, xq) - yq) ** 2 for k, b in (("B", B), ("opt", opt), ("lim", lim))}
+    expected = float(lsa.excess_ratio(B, opt, lim, risk_fn))
+    assert 0.05 < expected < 0.5
+    assert_mc_ratio(err["B"] - err["opt"], err["lim"] - err["opt"], expected)
+    for t in (0.3, 0.8):
+        assert float(lsa.excess_ratio(opt + t * (lim - opt), opt, lim, risk_fn)) == pytest.approx(t * t, rel=1e-9)
+    # a wrong excess (the risk at the wrong length, 2N) is caught by the same Monte Carlo
+    at_2N = (lambda Bs: lsa.risk_many(Bs, Lam, 2 * N)) if law == "fixed" else \
+        (lambda Bs: lsa.random_cov_risk_many(Bs, d, 2 * N))
+    wrong = float(lsa.excess_ratio(B, opt, lim, at_2N))
+    with pytest.raises(AssertionError):
+        assert_mc_ratio(err["B"] - err["opt"], err["lim"] - err["opt"], wrong)

@@ -162,6 +162,8 @@ def settings(runs: pd.DataFrame, axis=("L", "seed")) -> list[str]:
     for col in runs.columns:
         if col in IDENTITY or col in axis or col == "model" or runs[col].isna().all():
             continue
+        if col == "lr" and "lr_rule" in runs and runs["lr_rule"].astype(str).eq("clock").all():
+            continue                                    # the step the clock sets (icl.plan.with_step); lr_ref names it
         values = runs[col].astype(str)
         if values.nunique() < 2:
             continue

@@ -3,8 +3,11 @@ icl.claims.judge.
 
 `verdicts(tabs)` groups each trained model's runs by every swept setting other than the seed
 (judge.settings: N, and for the GPT model its positions, layers, ...), leaves out the runs that
-diverged or ended above their initial loss (judge.exclude, counted in each row's measurement),
-and calls every claim on each setting (`Setting`); judge.robust re-judges each row with its band
+diverged or ended above their initial loss (judge.exclude) and those that have not learned
+(icl.claims.learned: in distribution at M = N, less than half the gap closed from uniform
+attention's error to the best reachable, the LSA's optimum for an LSA, 0 otherwise), both counted
+in each row's measurement; a setting where no run learned reads not testable for every claim,
+with the numbers. It calls every claim on each setting (`Setting`); judge.robust re-judges each row with its band
 half as wide and half again as wide and lists in `fragile` the choices that flip it.
 
 Conventions that hold throughout:
@@ -17,8 +20,8 @@ Conventions that hold throughout:
   test prompts to hold;
 - bands, each from the theory or from measurements: the exact finite-(N, M) prediction ± half its
   distance to the same quantity at the optimum's N → ∞ limit (Λ⁻¹, or I/3 for Exp(1)
-  covariances: the slides' large-N reading); the seeds' spread of the learned matrices
-  (zfb.optimum); halfway to a measured reference (OLS, on the same prompts); or the order the
+  covariances: the slides' large-N reading), for zfb.optimum on the exact excess population risk
+  of the learned matrix in units of that same gap; halfway to a measured reference (OLS, on the same prompts); or the order the
   claim states (below the LSA, above the error at M = N: no tolerance);
 - errors are not pooled by their signed deviations (a wrong matrix raises the error at some M and
   lowers it at others): their statistic is the root-mean-square deviation over the test cells in
@@ -40,8 +43,10 @@ import numpy as np
 import pandas as pd
 
 from icl import shifts, stats
+from icl.theory import lsa as lsa_theory
 from icl.claims import CLAIMS, FAILS, NOT_TESTABLE, UNSURE, fmt, verdict
 from icl.claims.judge import DEFAULT, Band, Choices, by_setting, exclude, join, judge, robust, settings
+from icl.claims.learned import below, gate
 
 LINEAR_KINDS = frozenset({"lsa", "softmax_q"})   # ŷ linear in the context labels: the LSA's limit binds them
 GPT_KINDS = frozenset({"gpt"})                   # ZFB §5's GPT-2 (Garg et al.): positions, layers, heads
@@ -136,6 +141,16 @@ class Matrices:
     B: np.ndarray            # (epochs, d, d)
     opt: np.ndarray
     limit: np.ndarray        # NaN where theory.parquet has none
+    risk: object = None      # stack of matrices -> exact population risk at M = N (icl.theory.lsa); None without
+
+    def excess(self, Bs) -> np.ndarray:
+        """(R(B) − R(B*)) / (R(B∞) − R(B*)) of each matrix (icl.theory.lsa.excess_ratio): the excess
+        population risk over the optimum in units of the gap to its N → ∞ limit; NaN without a risk
+        or a limit."""
+        Bs = np.asarray(Bs, float)
+        if self.risk is None or not np.isfinite(self.limit).all():
+            return np.full(Bs.shape[:-2], np.nan)
+        return lsa_theory.excess_ratio(Bs, self.opt, self.limit, self.risk)
 
     @property
     def scale(self) -> float:
@@ -163,6 +178,8 @@ def run_matrices(runs: pd.DataFrame, matrices: pd.DataFrame, theory: pd.DataFram
     random-covariance tokens), from matrices.parquet ('effective') and theory.parquet."""
     lsa = runs.loc[runs["model_kind"] == "lsa", "run_id"]
     th = theory.set_index("run_id")
+    laws = {r["run_id"]: _risk_at_N(r) for r in runs[runs["model_kind"] == "lsa"].drop_duplicates("run_id").to_dict("records")
+            if {"token_kind", "d", "N"} <= set(r)}
     eff = matrices[(matrices["name"] == "effective") & matrices["run_id"].isin(lsa)]
     out = {}
     for rid, g in eff.groupby("run_id"):
@@ -175,8 +192,26 @@ def run_matrices(runs: pd.DataFrame, matrices: pd.DataFrame, theory: pd.DataFram
         T = np.asarray(T, float).reshape(d, d)
         Tinf = np.asarray(Tinf, float).reshape(d, d) if isinstance(Tinf, (list, np.ndarray)) and len(Tinf) \
             else np.full((d, d), np.nan)
-        out[rid] = Matrices(np.unique(g["epoch"].to_numpy()), g["value"].to_numpy(float).reshape(-1, d, d), T, Tinf)
+        out[rid] = Matrices(np.unique(g["epoch"].to_numpy()), g["value"].to_numpy(float).reshape(-1, d, d), T, Tinf,
+                            laws.get(rid))
     return out
+
+
+def _risk_at_N(row) -> object:
+    """The exact in-distribution population risk at the run's training length N, as a function of a
+    stack of matrices (icl.theory.lsa: fixed or random covariances); None where there is none."""
+    from icl.theory.table import lsa_optimum
+    try:
+        spec = _spec(row)
+        _, kind, par = lsa_optimum(spec)
+    except (KeyError, TypeError, ValueError):
+        return None
+    N, d = int(row["N"]), int(row["d"])
+    if kind == "gaussian":
+        return lambda Bs, lam=par: lsa_theory.risk_many(Bs, lam, N)
+    if kind == "random_covariance":
+        return lambda Bs, sc=par: lsa_theory.random_cov_risk_many(Bs, d, N, scale=sc)
+    return None
 
 
 def optimum_distances(runs: pd.DataFrame, matrices: pd.DataFrame, theory: pd.DataFrame) -> pd.DataFrame:
@@ -214,6 +249,7 @@ class Setting:
     cells: pd.DataFrame = field(default_factory=pd.DataFrame)
     pool: pd.DataFrame = field(default_factory=pd.DataFrame)
     mats: dict = field(default_factory=dict)
+    unlearned: str = ""      # where no run learned: why (icl.claims.learned), and every claim reads not testable
 
     def row(self, cid: str, v: str, *, group: str = "", measurement: str = "", **kw) -> dict:
         """A verdict row of this setting: its label joined to the claim's own group, the runs
@@ -420,26 +456,15 @@ def _boot_mean(B: np.ndarray, f) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def _spreads(means: list[np.ndarray], scale: float) -> np.ndarray:
-    """Per run, the seeds' spread it is measured against: the largest distance between the mean
-    matrices of two *other* runs (with three or more runs, so that one stray run does not widen its
-    own band), or between the two runs there are; relative to ‖B*‖. NaN with one run."""
-    n = len(means)
-    dist = np.array([[np.linalg.norm(a - b) / scale for b in means] for a in means])
-    if n < 2:
-        return np.full(n, np.nan)
-    if n == 2:
-        return np.full(2, dist[0, 1])
-    return np.array([max(dist[i, j] for i in range(n) for j in range(i + 1, n) if r not in (i, j)) for r in range(n)])
-
-
 def optimum(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
-    """Per LSA setting, two rows. At the optimum: every run's distance ‖B̄ − B*‖/‖B*‖ of its mean
-    matrix over the last fifth of training (95% interval: bootstrap over those logged epochs), in
-    units of the seeds' spread (the largest distance between two other runs' mean matrices), within
-    [0, 1]. Nearer B* than its N → ∞ limit B∞ (Λ⁻¹, I/3): every run's ‖B̄ − B*‖/‖B̄ − B∞‖ below 1.
-    Outside the band does not hold once the runs have levelled off, and is inconclusive while one
-    still approaches B* (the last fifth of training still brought ≥ 10% of the distance's decline)."""
+    """Per LSA setting, two rows. At the optimum: every run's exact excess population risk at its
+    mean matrix B̄ over the last fifth of training, (R(B̄) − R(B*))/(R(B∞) − R(B*)) at the training
+    length (icl.theory.lsa, fixed or random covariances; B* = Γ⁻¹ or E[Λ²]E[ΓΛ²]⁻¹, B∞ its N → ∞ limit
+    Λ⁻¹ or I/3), 95% interval by a bootstrap over those logged epochs, the worst run's within
+    [0, ½], the band of zfb.thm42: nearer the optimum's risk than halfway to its limit's. Nearer B*
+    than B∞: every run's ‖B̄ − B*‖/‖B̄ − B∞‖ below 1. Outside the band does not hold once the runs
+    have levelled off, and is inconclusive while one still approaches B* (the last fifth of training
+    still brought ≥ 10% of the distance's decline)."""
     cid = "zfb.optimum"
     runs = [r for r in s.runs["run_id"] if r in s.mats]
     if not runs:
@@ -447,43 +472,44 @@ def optimum(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
                       reason="no trained LSA run with a closed-form optimum (linear task, gaussian or random-covariance tokens)")]
     opt, lim = _names(s.runs["token_kind"])
     mats = [s.mats[r] for r in runs]
-    means = [m.last().mean(0) for m in mats]
-    scale = float(np.median([m.scale for m in mats]))
     sep = float(np.median([np.linalg.norm(m.opt - m.limit) / m.scale for m in mats]))
     per = []
     for m in mats:
         last = m.last()
         d_opt = lambda b, m=m: np.linalg.norm(b - m.opt, axis=(-2, -1)) / m.scale                      # noqa: E731
         ratio = lambda b, m=m: np.linalg.norm(b - m.opt, axis=(-2, -1)) / np.linalg.norm(b - m.limit, axis=(-2, -1))  # noqa: E731
-        per.append((d_opt(last.mean(0)), *_boot_mean(last, d_opt), ratio(last.mean(0)), *_boot_mean(last, ratio)))
-    dG, dG_lo, dG_hi, rho, rho_lo, rho_hi = (np.array(v, float) for v in zip(*per))
+        per.append((float(m.excess(last.mean(0))), *_boot_mean(last, m.excess), d_opt(last.mean(0)),
+                    ratio(last.mean(0)), *_boot_mean(last, ratio)))
+    ex, ex_lo, ex_hi, dG, rho, rho_lo, rho_hi = (np.array(v, float) for v in zip(*per))
     still = s.falling(runs)
-    spread = _spreads(means, scale)
     rows = []
-    q, q_lo, q_hi = dG / spread, dG_lo / spread, dG_hi / spread
-    band = Band(0.0, 0.0, 1.0, floor=0.0, source="the seeds' spread of the learned matrices")
-    text = (f"w22·W11ᵀ → {opt}: every run's ‖B̄ − {opt}‖/‖{opt}‖ within the spread between the other runs "
-            f"(ratio in {band.text(choices.band)})")
+    band = Band(0.0, 0.0, HALF, floor=0.0, source=f"halfway from {opt}'s risk to its N → ∞ limit's (zfb.thm42's band)")
+    text = (f"w22·W11ᵀ → {opt}: every run's excess risk (R(B̄) − R({opt}))/(R({lim}) − R({opt})) at M = N in "
+            f"{band.text(choices.band)}")
     n_last = min(len(m.last()) for m in mats)
-    if not np.isfinite(spread).all():
-        rows.append(s.row(cid, UNSURE, group="at the optimum", prediction=text, value=float(dG.max()),
-                          measurement=f"‖B̄ − {opt}‖/‖{opt}‖ = {fmt(float(dG.max()))} (one run)", domain=s.domain(),
-                          reason="one run: the seeds' spread, which sets the band, cannot be measured"))
+    if not np.isfinite(ex).all():
+        rows.append(s.row(cid, UNSURE, group="at the optimum", prediction=text, domain=s.domain(),
+                          measurement=f"‖B̄ − {opt}‖/‖{opt}‖ = {', '.join(fmt(x) for x in dG)}",
+                          reason=f"no exact risk for these runs: theory.parquet has no N → ∞ limit ({lim}) or runs.parquet "
+                                 "no training law (written by an older version): rerun the theory step"))
     else:
-        i = int(np.nanargmax(q))
-        lo, hi = float(np.max(q_lo)), float(np.max(q_hi))          # NaN where a run has no interval
-        v, why = judge(lo, hi, band, choices, "the worst run's distance over the spread")
+        i = int(np.argmax(ex))
+        lo, hi = float(np.max(ex_lo)), float(np.max(ex_hi))          # NaN where a run has no interval
+        v, why = judge(lo, hi, band, choices, "the worst run's excess risk")
         if v == FAILS and still:
             v, why = UNSURE, (f"training has not converged: {len(still)} of {len(runs)} runs were still approaching {opt} in "
                               f"the last fifth of training ({why}); train longer")
         elif v == FAILS:
-            why = (f"training levelled off {fmt(dG[i])} from {opt}, further than the other runs lie from each other "
-                   f"({fmt(spread[i])}): a systematic offset, not noise ({why})")
-        meas = (f"worst run {fmt(q[i])} [{fmt(lo)}, {fmt(hi)}] of the spread: ‖B̄ − {opt}‖/‖{opt}‖ = {fmt(dG[i])} against "
-                f"a spread of {fmt(spread[i])} (B̄: mean matrix over the last fifth of training; 95% interval: bootstrap "
-                f"over its ≥ {n_last} logged epochs there); all runs {', '.join(fmt(x) for x in dG)}; {opt} and {lim} "
-                f"differ by {fmt(sep)}")
-        rows.append(s.row(cid, v, group="at the optimum", prediction=text, measurement=meas, value=float(q[i]),
+            why = (f"training levelled off with {fmt(ex[i])} of the risk gap from {opt} to {lim} left: further than "
+                   f"halfway to the N → ∞ answer ({why})")
+        m = mats[i]
+        r_opt, r_lim = float(m.risk(m.opt)), float(m.risk(m.limit))
+        meas = (f"worst run {fmt(ex[i])} [{fmt(lo)}, {fmt(hi)}] of the gap: R(B̄) − R({opt}) = "
+                f"{fmt(ex[i] * (r_lim - r_opt))} against R({lim}) − R({opt}) = {fmt(r_lim - r_opt)} (R({opt}) = "
+                f"{fmt(r_opt)}; exact population risk at M = N; B̄: mean matrix over the last fifth of training; 95% "
+                f"interval: bootstrap over its ≥ {n_last} logged epochs there); all runs {', '.join(fmt(x) for x in ex)}; "
+                f"‖B̄ − {opt}‖/‖{opt}‖ = {', '.join(fmt(x) for x in dG)}")
+        rows.append(s.row(cid, v, group="at the optimum", prediction=text, measurement=meas, value=float(ex[i]),
                           ci_lo=lo, ci_hi=hi, reason=why, domain=s.domain()))
     j = int(np.nanargmax(rho)) if np.isfinite(rho).any() else 0
     band2 = Band(-math.inf, 1.0, floor=0.0, source="the order the claim states")
@@ -622,24 +648,33 @@ def longer_prompts(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
 
 # ----------------------------------------------------------------------------- models beyond the LSA
 
-def not_learned(s: Setting) -> str | None:
-    """Why this model's runs cannot speak to ZFB §5, or None: they have not learned in context —
-    in distribution at M = N their error is more than LEARNED of what uniform attention (the mean
-    of the context labels, icl.baselines) makes on the same test prompts. A model still on its
-    plateau neither confirms nor contradicts what a trained GPT-2 does."""
-    c = s.cells[(s.cells["shift"] == "none") & (s.cells["M"] == s.cells["N"])]
-    uni = s.pool[(s.pool["predictor"] == "uniform_attention") & (s.pool["shift"] == "none")]
-    j = c.merge(uni[["eval_id", "M", "mse"]].drop_duplicates(["eval_id", "M"]), on=["eval_id", "M"],
-                suffixes=("", "_uniform"))
+def at_length_N(trained: pd.DataFrame, sh: pd.DataFrame) -> pd.DataFrame:
+    """Per trained run, in distribution at M = N (the training length): its error (`mse_at_N`), uniform
+    attention's on the same prompts (`uniform_at_N`, what needs no training) and, for an LSA, its
+    closed-form optimum's (`best_at_N`, the lsa_limit baseline: the best an LSA can reach). What the
+    learning gate reads; a run without these cells is not in it."""
+    cols = ["run_id", "mse_at_N", "uniform_at_N", "best_at_N"]
+    if trained.empty or "predictor" not in sh:
+        return pd.DataFrame(columns=cols)
+    c = trained[(trained["shift"] == "none") & (trained["M"] == trained["N"])]
+    base = sh[sh["run_id"].isna() & (sh["shift"] == "none")]
+    uni = base[base["predictor"] == "uniform_attention"].drop_duplicates(["eval_id", "M"])
+    j = c[["run_id", "model_kind", "eval_id", "M", "N", "mse"]].merge(
+        uni[["eval_id", "M", "mse"]].rename(columns={"mse": "uniform_at_N"}), on=["eval_id", "M"])
+    lim = base[base["predictor"] == "lsa_limit"].drop_duplicates(["eval_id", "M", "N"])
+    if len(lim):
+        j = j.merge(lim[["eval_id", "M", "N", "mse"]].rename(columns={"mse": "best_at_N"}), on=["eval_id", "M", "N"],
+                    how="left")
+        j["best_at_N"] = j["best_at_N"].where(j["model_kind"] == "lsa")
+    else:
+        j["best_at_N"] = np.nan
     if j.empty:
-        return None
-    ratio = float((j["mse"] / j["mse_uniform"]).median())
-    if ratio <= LEARNED:
-        return None
-    return (f"the {s.kind} has not learned in context at this size: in distribution at M = N its error is "
-            f"{ratio:.2f} of uniform attention's on the same prompts (more than {LEARNED}), so it neither confirms "
-            f"nor contradicts what a trained GPT-2 does; ZFB's GPT-2 trains for hundreds of thousands of steps "
-            f"(config/paper.yaml holds the seed's sizes, a GPU job)")
+        return pd.DataFrame(columns=cols)
+    return j.rename(columns={"mse": "mse_at_N"}).groupby("run_id", as_index=False)[cols[1:]].mean()
+
+
+LEARNING = below("mse_at_N", "uniform_at_N", "in-distribution error at M = N",
+                 best="best_at_N", best_name="the LSA optimum's error")
 
 
 def _paired(s: Setting, other: pd.DataFrame, shift, c=None, lengths=None) -> pd.DataFrame:
@@ -678,12 +713,9 @@ def beyond_lsa(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """Every model kind whose prediction is not linear in the labels (not lsa, softmax_q), trained on
     random covariances and tested on new ones at c = 1, d ≤ M ≤ N: its error below the trained LSA's
     of the same training data and test prompts (paired by N and seed); the geometric mean over M of
-    the ratio of mean errors, 95% interval from the test prompts' standard errors, against [0, 1]. A model that has not learned in
-    context (in distribution at M = N, error above half uniform attention's) reads inconclusive."""
+    the ratio of mean errors, 95% interval from the test prompts' standard errors, against [0, 1]."""
     cid = "zfb.beyond_lsa"
     pred = "a nonlinear model's error below the LSA's on new random covariances (the LSA cannot adapt to Λ; ZFB §5: GPT-2 does)"
-    if (why := not_learned(s)):
-        return [s.row(cid, UNSURE, prediction=pred, reason=why)]
     if (s.cells["token_kind"] != "random_covariance").all():
         return [s.row(cid, NOT_TESTABLE, prediction=pred,
                       reason="trained on a fixed covariance: the LSA's limit on random covariances needs random-covariance training")]
@@ -710,12 +742,9 @@ def gpt_in_distribution(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     of the same data and with OLS on the same prompts: its error below the LSA's (geometric mean
     over M of the ratio, against [0, 1]); and OLS-level: (GPT − OLS)/(LSA − OLS), inverse-variance
     mean over M, within ±½ (nearer OLS than the trained LSA: the midpoint between the two
-    references, measured on the same prompts). 95% intervals from the test prompts' standard errors. A model that has not learned in
-    context (in distribution at M = N, error above half uniform attention's) reads inconclusive."""
+    references, measured on the same prompts). 95% intervals from the test prompts' standard errors."""
     cid = "zfb.gpt_in_distribution"
     pred = "GPT matches OLS in distribution (ZFB §5, Garg et al.), below the LSA"
-    if (why := not_learned(s)):
-        return [s.row(cid, UNSURE, prediction=pred, reason=why)]
     c = s.cells[s.cells["token_kind"] == "gaussian"]
     if c.empty:
         return [s.row(cid, NOT_TESTABLE, prediction=pred,
@@ -786,8 +815,7 @@ def length_spike(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """GPT with learned positions, in distribution: the error at the longest test length M* in
     (N, 2N] above its value at M = N (ratio of means over runs > 1); and that spike larger than
     with positional: none on the same training data (ratio of the two spikes > 1, paired by N,
-    seed and training law). 95% intervals by the delta method on the test prompts' standard errors. A model that has not learned in
-    context (in distribution at M = N, error above half uniform attention's) reads inconclusive."""
+    seed and training law). 95% intervals by the delta method on the test prompts' standard errors."""
     cid = "zfb.length_spike"
     pred = "error at M > N above its value at M = N with learned positions (random beyond N), not (or less) without"
     pos = _positional(s)
@@ -795,8 +823,6 @@ def length_spike(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
         why = "runs.parquet has no positional setting for this model" if not pos else \
             f"positional: {pos} — the spike is judged on the learned-positions model, against this one"
         return [s.row(cid, NOT_TESTABLE, prediction=pred, reason=why)]
-    if (why := not_learned(s)):
-        return [s.row(cid, UNSURE, prediction=pred, reason=why)]
     c = s.cells[s.cells["shift"] == "none"]
     N = int(s.runs["N"].iloc[0])
     sp = _spike(c, N)
@@ -841,15 +867,12 @@ def spike_vs_variance(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """GPT with learned positions, under each shift with a test variance c (random_covariance, scale):
     the spike MSE(M*)/MSE(N) at c > 1 smaller than at c = 1 (M* the longest test length in
     (N, 2N]); the ratio of the two spikes against [0, 1], 95% interval by the delta method on the
-    test prompts' standard errors. A model that has not learned in
-    context (in distribution at M = N, error above half uniform attention's) reads inconclusive."""
+    test prompts' standard errors."""
     cid = "zfb.spike_vs_variance"
     pred = "the spike at M > N smaller on prompts with higher variance (c = 4, 9 vs 1)"
     if _positional(s) != "learned":
         return [s.row(cid, NOT_TESTABLE, prediction=pred,
                       reason="the spike is a learned-positions effect (zfb.length_spike): judged on that model")]
-    if (why := not_learned(s)):
-        return [s.row(cid, UNSURE, prediction=pred, reason=why)]
     N = int(s.runs["N"].iloc[0])
     rows = []
     band = Band(-math.inf, 1.0, floor=0.0, source="the order the claim states")
@@ -897,7 +920,9 @@ RULES = {f"zfb.{fn.__name__}": fn for fn, _, _ in CLAIM_KINDS}     # claim id ->
 
 def model_settings(tabs) -> list[Setting]:
     """Every trained model's settings: runs grouped by every swept setting other than the seed,
-    each with its shift.parquet rows and learned matrices."""
+    each with its shift.parquet rows and learned matrices, the runs that diverged, ended above their
+    initial loss or did not learn (the learning gate, `LEARNING`) left out and counted; the pool
+    (for claims that compare models) holds the runs that learned and the baselines."""
     runs = tabs["runs"]
     summ = tabs["summary"]
     keep = [c for c in ("diverged", "loss0", "final_train_loss", "memorises") if c in summ]
@@ -910,16 +935,20 @@ def model_settings(tabs) -> list[Setting]:
     trained = with_limits(trained, runs)
     mats = run_matrices(runs[~runs["run_id"].isin(gone)], tabs["matrices"], tabs["theory"]) \
         if "matrices" in tabs and "theory" in tabs else {}
+    merged = merged.merge(at_length_N(trained, sh), on="run_id", how="left")
     out, kept_all = [], []
     for model, g in runs.groupby("model", sort=True):
         kind = str(g["model_kind"].iloc[0])
         cols_s = settings(g, axis=("seed",))
         for label, rg in by_setting(merged[merged["model"] == model], cols_s):
             kept, note = exclude(rg)
-            kept_all.append(kept["run_id"])
-            out.append(Setting(model=model, kind=kind, label=label, runs=kept, left_out=note,
+            learned = gate(kept, [LEARNING])           # icl.claims.learned: runs that did not learn are counted and left out
+            kept = learned.kept if not learned.none else kept
+            kept_all.append(learned.kept["run_id"])
+            out.append(Setting(model=model, kind=kind, label=label, runs=kept,
+                               left_out="; ".join(p for p in (note, learned.note) if p),
                                cells=trained[trained["run_id"].isin(kept["run_id"])],
-                               mats={r: mats[r] for r in kept["run_id"] if r in mats}))
+                               mats={r: mats[r] for r in kept["run_id"] if r in mats}, unlearned=learned.none))
     ok = set(pd.concat(kept_all)) if kept_all else set()
     pool = pd.concat([trained[trained["run_id"].isin(ok)], sh[sh["run_id"].isna()]], ignore_index=True)
     for s in out:
@@ -957,5 +986,12 @@ def verdicts(tabs) -> list[dict]:
             cid = f"zfb.{fn.__name__}"
             rows.append(verdict(cid, NOT_TESTABLE, prediction=CLAIMS[cid], measurement="—", reason=none_reason))
             continue
-        rows += _collapse([r for s in mine for r in robust(fn, s, uses=("band",))])
+        rows += _collapse([r for s in mine for r in
+                           ([_unlearned_row(fn, s)] if s.unlearned else robust(fn, s, uses=("band",)))])
     return rows
+
+
+def _unlearned_row(fn, s: Setting) -> dict:
+    """A claim about a trained model on a setting where no run learned: not testable, with the numbers."""
+    cid = f"zfb.{fn.__name__}"
+    return s.row(cid, NOT_TESTABLE, prediction=CLAIMS[cid], reason=s.unlearned)

@@ -174,3 +174,40 @@ def mean_field_step(V: np.ndarray, p: np.ndarray, C: np.ndarray, eta: float, epo
             J[:, i] = (-eta * G @ ((up - dn) / (2 * h)) @ G).ravel()
         worst = max(worst, float(np.abs(np.linalg.eigvals(J)).max()))
     return worst
+
+
+def sampled_loss_and_grad(S: np.ndarray, counts: np.ndarray, query: np.ndarray, D: np.ndarray):
+    """The population loss (averaged over the task functions, as the balanced form) and ∂L/∂S on
+    prompts with the feature counts they actually have: counts (P, K) of each prompt's context
+    features, query (P,) its query's feature. Attn_n = c_n e^{S[n,k]} / Σ_m c_m e^{S[m,k]} for the
+    prompt's query k; L = (1/P) Σ_prompts ½ aᵀ D^{(k)} a. With every prompt's counts p_k N and
+    queries in proportion p it is `population_loss_and_grad` exactly."""
+    counts = np.asarray(counts, float)
+    query = np.asarray(query, int)
+    with np.errstate(divide="ignore"):
+        logits = np.log(counts) + S[:, query].T                  # (P, K): -inf where a feature is absent
+    logits -= logits.max(1, keepdims=True)
+    A = np.exp(logits)
+    A /= A.sum(1, keepdims=True)
+    Dq = D[query]                                                # (P, K, K)
+    Da = np.einsum("pnm,pm->pn", Dq, A)
+    quad = (A * Da).sum(1)
+    P, K = A.shape
+    g = A * (Da - quad[:, None]) / P                             # ∂L/∂S[n, query_p], per prompt
+    grad = np.zeros((K, K))
+    np.add.at(grad.T, query, g)
+    return 0.5 * float(quad.mean()), grad
+
+
+def mean_field_curve_counts(V: np.ndarray, counts: np.ndarray, query: np.ndarray, C: np.ndarray, eta: float,
+                            epochs: int) -> np.ndarray:
+    """The mean-field loss at every epoch 0..epochs of full-batch GD on a run's own prompts' feature
+    counts (`sampled_loss_and_grad`) instead of the balanced counts |V_k| = p_k N: beside
+    `mean_field_curve_cov` it measures the balanced-count approximation's bias on that run."""
+    G, D = V @ V.T, diff_cov(C)
+    S, out = np.zeros((len(V), len(V))), []
+    for _ in range(epochs + 1):
+        loss, grad = sampled_loss_and_grad(S, counts, query, D)
+        out.append(loss)
+        S = S - eta * G @ grad @ G
+    return np.asarray(out)

@@ -52,7 +52,7 @@ __all__ = [
     "expected_SAS", "risk", "risk_grad", "optimum_risk", "zfb_thm42_error",
     "slope", "scaled_slope", "scaled_risk",
     "exp_moments", "random_cov_gamma_lam2", "random_cov_optimal_B", "random_cov_risk",
-    "random_cov_slope", "lsa_predict", "lsa_forward",
+    "random_cov_slope", "lsa_predict", "lsa_forward", "risk_many", "random_cov_risk_many", "excess_ratio",
 ]
 
 
@@ -322,6 +322,37 @@ def random_cov_slope(B, d: int, scale: float = 1.0, moments=None, Lam_query=None
         return float(m2 * np.trace(B) / (d * m1))
     Lq = as_cov(Lam_query)
     return float(m1 * np.trace(B @ Lq) / np.trace(Lq))
+
+
+# ----------------------------------------------------------------------------- many matrices at once
+
+def risk_many(Bs, Lam, M: float) -> np.ndarray:
+    """`risk` in distribution (x_q ~ N(0, Λ), w ~ N(0, I)) of every matrix of a stack Bs (..., d, d):
+    tr(Λ B E Bᵀ) − 2 tr(B Λ²) + tr(Λ), E = E[S S] = ΛΛ + (ΛΛ + tr(Λ)Λ)/M, vectorised."""
+    L = as_cov(Lam)
+    B = np.asarray(Bs, dtype=np.float64)
+    E = expected_SAS(np.eye(L.shape[0]), L, M)
+    quad = np.einsum("ai,...ij,jk,...ak->...", L, B, E, B)
+    return quad - 2.0 * np.einsum("...ij,ji->...", B, L @ L) + np.trace(L)
+
+
+def random_cov_risk_many(Bs, d: int, M: float, scale: float = 1.0, moments=None) -> np.ndarray:
+    """`random_cov_risk` with an in-distribution query for every matrix of a stack Bs (..., d, d):
+    Σ_ij K_ij B_ij² − 2 m2 tr(B) + d m1, vectorised."""
+    m1, m2, m3 = _moments(scale, moments)
+    B = np.asarray(Bs, dtype=np.float64)
+    K = _K_matrix(d, M, m1, m2, m3)
+    return np.einsum("ij,...ij->...", K, B * B) - 2.0 * m2 * np.einsum("...ii->...", B) + d * m1
+
+
+def excess_ratio(Bs, opt, limit, risk_fn) -> np.ndarray:
+    """(R(B) − R(B*)) / (R(B∞) − R(B*)) for every matrix of a stack: a learned matrix's excess
+    population risk over the optimum B* (Γ⁻¹) in units of the gap from B* to its N → ∞ limit B∞
+    (Λ⁻¹), both at the training length. 0 at B*, 1 at B∞; `risk_fn` maps a stack to its risks
+    (`risk_many` or `random_cov_risk_many` with the law's parameters). Along B* + t(B∞ − B*) it is
+    t² exactly (the risk is quadratic with its minimum at B*)."""
+    r_opt, r_lim = risk_fn(np.asarray(opt, float)), risk_fn(np.asarray(limit, float))
+    return (risk_fn(Bs) - r_opt) / (r_lim - r_opt)
 
 
 # ----------------------------------------------------------------------------- predictions

@@ -113,8 +113,22 @@ def lsa_rows(plan_runs: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def train_counts(spec: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The feature counts (P, K) of a run's training prompts' contexts and their queries' features
+    (P,), drawn as icl.data draws them (the stored training split; for fresh-prompt runs it stands in
+    for each epoch's prompts, drawn from the same law)."""
+    from icl.data import STREAM_TRAIN, make_split
+    tok = spec["tokens"]
+    feat = make_split(spec, features(tok, spec["seed"]), spec["prompts"]["train"], STREAM_TRAIN, tokens=False)["feat"]
+    feat = feat.astype(np.int64)
+    counts = (feat[:, :-1, None] == np.arange(tok["K"])).sum(1)
+    return counts, feat[:, -1]
+
+
 def mean_field_rows(plan_runs: list[dict], log_epochs) -> pd.DataFrame:
-    """LDL mean-field loss and own-attention for softmax_q runs on discrete tokens with GD."""
+    """LDL mean-field loss and own-attention for softmax_q runs on discrete tokens with GD, and the
+    same flow on each run's own training prompts' feature counts (`mean_field_loss_sampled`, beside
+    the balanced |V_k| = p_k N: the approximation's measured bias, which ldl.mean_field's band reads)."""
     import pandas as pd   # here, not at the top: training jobs import lsa_optimum and never a table
     parts, memo = [], {}
     for r in plan_runs:
@@ -134,9 +148,15 @@ def mean_field_rows(plan_runs: list[dict], log_epochs) -> pd.DataFrame:
             loss, attn = ldl.mean_field_curve_cov(V, p, C, model["lr"], s["train"]["epochs"])
             memo[key] = (loss, np.array([np.mean(np.diag(a)) for a in attn[ep]]))
         loss, own = memo[key]
-        parts.append(pd.DataFrame({"run_id": r["run_id"], "epoch": np.tile(ep, 2),
-                                   "metric": np.repeat(["mean_field_loss", "mean_field_attn_own"], len(ep)),
-                                   "value": np.concatenate([loss[ep], own])}))
+        counts, query = train_counts(s)
+        skey = (counts.tobytes(), query.tobytes(), V.tobytes(), C.tobytes(), model["lr"], s["train"]["epochs"])
+        if skey not in memo:
+            memo[skey] = ldl.mean_field_curve_counts(V, counts, query, C, model["lr"], s["train"]["epochs"])
+        sampled = memo[skey]
+        parts.append(pd.DataFrame({"run_id": r["run_id"], "epoch": np.tile(ep, 3),
+                                   "metric": np.repeat(["mean_field_loss", "mean_field_attn_own",
+                                                        "mean_field_loss_sampled"], len(ep)),
+                                   "value": np.concatenate([loss[ep], own, sampled[ep]])}))
     if not parts:
         return pd.DataFrame({"run_id": pd.Series(dtype="string"), "epoch": pd.Series(dtype="int64"),
                              "metric": pd.Series(dtype="string"), "value": pd.Series(dtype="float64")})
