@@ -151,6 +151,7 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
         how = "loss by training prompt length N (the task has no Lipschitz constant L)"
         figs.append(later(loss_figure, curves, r, sorted(r["N"].unique().tolist()), "loss over training", by="N",
                           test=True, colours=palette(tables["runs"]["N"])))
+        figs.append(later(report_zfb.escape_figure, tables["summary"][tables["summary"]["run_id"].isin(r["run_id"])], r))
     # attention of discrete tokens: one L of each regime per K (maps of different K do not average)
     Ks = sorted(r["K"].dropna().unique().tolist())
     drawn = []
@@ -225,7 +226,7 @@ def claim_robustness(verdicts: pd.DataFrame) -> dict[str, dict]:
         decided = g[g["verdict"].isin([claims.HOLDS, claims.FAILS])]
         frag = decided["fragile"].fillna("").astype(str)
         n, k = len(decided), int((frag != "").sum())
-        band = int(frag.map(lambda f: any(b in f for b in BAND_CHOICES)).sum())
+        band = sum(any(b in f for b in BAND_CHOICES) for f in frag)      # an empty str Series sums to ''
         header = ""
         if n and band > n / 2:
             header = (f"decided mostly by its band: {band} of {n} decided rows read otherwise when the band is half as "
@@ -293,6 +294,7 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
                          g[g["scope"] == "run"].to_dict("records")) for m, g in verdicts.groupby("model", sort=False)],
         summary=summ.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="—", classes="tbl"),
         regimes_table=report_ldl.regimes_by_model_table(tabs) if ldl else "",
+        phase_note=report_ldl.phase_note(tabs) if ldl else "",
         diverged=summ[summ["diverged"]].to_dict("records"),
         n_runs=len(runs), n_shards=len(shards),
         train_seconds=sum(s["seconds"] for s in shards), devices=devices,

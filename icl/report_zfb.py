@@ -102,6 +102,35 @@ def error_vs_length_figure(shift: pd.DataFrame, title: str = "") -> Figure:
     return png(fig)
 
 
+def escape_figure(summary: pd.DataFrame, runs: pd.DataFrame) -> Figure | None:
+    """t_escape of one model's runs (summary.parquet: the first epoch its error at the query falls
+    below half of predicting 0's), against the training prompts' N, one colour per training law;
+    a run that never left its plateau is drawn at the top as ×, counted in the legend."""
+    s = summary.merge(runs[["run_id", "N", "token_kind"]], on="run_id")
+    if s.empty or "t_escape" not in s:
+        return None
+    epochs = int(runs["epochs"].max())
+    fig, ax = plt.subplots(figsize=(5.2, 3.2))
+    laws = sorted(s["token_kind"].astype(str).unique())
+    colours = dict(zip(laws, QUALITATIVE))
+    for i, law in enumerate(laws):
+        g = s[s["token_kind"].astype(str) == law]
+        x = g["N"].to_numpy(float) * (1 + 0.04 * (i - (len(laws) - 1) / 2))      # side by side, not on top
+        t = g["t_escape"].astype("Float64").to_numpy(float, na_value=np.nan)
+        ax.scatter(x[np.isfinite(t)], t[np.isfinite(t)], color=colours[law], s=22, label=f"trained on {law}")
+        never = ~np.isfinite(t)
+        if never.any():
+            ax.scatter(x[never], np.full(never.sum(), epochs), color=colours[law], marker="x", s=40,
+                       label=f"{law}: {int(never.sum())} run(s) never left the plateau")
+    ax.axhline(epochs, color="grey", lw=0.8, ls=":")
+    ax.set_ylim(0, epochs * 1.08)
+    ax.set_xlabel("training prompt length N")
+    ax.set_ylabel("t_escape (epoch)")
+    ax.set_title("when each run left its plateau (error at M = N < ½ of predicting 0)", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    return png(fig)
+
+
 def predictor_table(shift: pd.DataFrame) -> str:
     """Median MSE of every model and baseline by test length M, without shift (HTML)."""
     d = shift[shift["shift"] == "none"]

@@ -160,6 +160,52 @@ def test_beyond_the_bound_one_step_jumps_across_the_dynamics():
     assert calm[1] / calm[0] > 0.9 and jump[1] / jump[0] < 0.01
 
 
+def _mc_label_gap2(V, L, c, draws=200_000, seed=0):
+    """E[(f(v_k) − f(v_k'))²] over ordered pairs k ≠ k', by Monte Carlo over the task's own draws
+    (icl.tasks.sample_labels: w uniform on the sphere, φ uniform), not through the label covariance."""
+    from icl.tasks import sample_labels
+    x = np.broadcast_to(V, (draws, *V.shape))
+    y = sample_labels({"kind": "cosine", "L": L, "c": c}, x, np.random.default_rng(seed))
+    K = len(V)
+    d2 = (y[:, :, None] - y[:, None, :]) ** 2
+    return float(d2.mean(0)[~np.eye(K, dtype=bool)].mean())
+
+
+@pytest.mark.parametrize("delta,L", [(1.5, 0.2), (1.5, 3.0), (6.0, 0.2), (6.0, 3.0)])
+def test_clock_step_makes_the_clock_the_reference_clock(delta, L):
+    """lr_rule: clock (icl.plan.with_step): η·‖v‖⁴·E[(f(v_k) − f(v_k'))²] at the run equals the
+    configured lr times the same product at the reference Δ = 3, L = c = 1; the gap recomputed by
+    Monte Carlo of the task's draws, ‖v‖² = Δ²/2 for orthogonal features."""
+    from icl.plan import with_step
+    tok = {"kind": "discrete", "d": 15, "K": 4, "delta": delta}
+    spec = {"tokens": tok, "task": {"kind": "cosine", "L": L, "c": L}, "seed": 0,
+            "model": {"name": "m", "kind": "softmax_q", "optimizer": "gd", "lr": 0.8, "lr_rule": "clock"}}
+    eta = with_step(spec)["model"]["lr"]
+    V, V_ref = delta / np.sqrt(2) * np.eye(4, 15), 3.0 / np.sqrt(2) * np.eye(4, 15)
+    clock = eta * (delta ** 2 / 2) ** 2 * _mc_label_gap2(V, L, L)
+    ref = 0.8 * (3.0 ** 2 / 2) ** 2 * _mc_label_gap2(V_ref, 1.0, 1.0, seed=1)
+    assert clock == pytest.approx(ref, rel=0.02)
+    assert with_step(spec)["model"]["lr_ref"] == 0.8
+    plain = {**spec, "model": {k: v for k, v in spec["model"].items() if k != "lr_rule"}}
+    assert with_step(plain) is plain                     # no rule: the spec (and its run id) unchanged
+
+
+@pytest.mark.parametrize("c,delta", [(0.05, 1.5), (1.0, 3.0), (3.0, 3.0), (5.0, 6.0)])
+def test_eq4_ratio_closed_form_against_monte_carlo(c, delta):
+    """Eq. 4 measured: the label gap per unit LΔ over its small-LΔ value, 1/sqrt(2d) for the cosine
+    (LΔ ≪ 1: f(v_k) − f(v_k') ≈ −L sin φ ⟨w, v_k − v_k'⟩, E⟨w, u⟩² = |u|²/d). Closed form
+    (cosine_eq4_ratio), the generic form from the label covariance (theory.table.eq4_ratio), and
+    Monte Carlo of the task's draws agree; it falls below ½ only where cΔ wraps the cosine around."""
+    from icl.theory.table import eq4_ratio
+    d, L = 15, 0.7
+    V = delta / np.sqrt(2) * np.eye(4, d)
+    mc = math.sqrt(_mc_label_gap2(V, L, c)) / (L * delta) * math.sqrt(2 * d)
+    closed = ldl.cosine_eq4_ratio(c, delta, d)
+    spec = {"tokens": {"kind": "discrete", "d": d, "K": 4, "delta": delta}, "task": {"kind": "cosine", "L": L, "c": c}, "seed": 0}
+    assert closed == pytest.approx(mc, rel=0.01) and eq4_ratio(spec) == pytest.approx(closed, rel=1e-4)
+    assert (closed < ldl.EQ4_MIN) == (c * delta > 11)
+
+
 # ----------------------------------------------------------------------------- the flow on sampled counts
 
 def test_sampled_count_flow_is_the_balanced_flow_at_balanced_counts():

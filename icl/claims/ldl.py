@@ -63,12 +63,13 @@ class Setting:
     left_out: str = ""
     curves: pd.DataFrame = field(default_factory=pd.DataFrame)          # train_loss rows of these runs
     theory_curves: pd.DataFrame = field(default_factory=pd.DataFrame)
+    domain_note: str = ""      # a broken assumption of runs left out of `runs` (Eq. 4, for the L-claims)
 
     def row(self, cid: str, v: str, *, group: str = "", measurement: str = "", **kw) -> dict:
         """A verdict row of this setting: its label joined to the claim's own group, the runs
         left out counted in the measurement, the broken assumptions in `domain`."""
         meas = "; ".join(p for p in (measurement, self.left_out) if p)
-        kw.setdefault("domain", domain(self.runs))
+        kw["domain"] = join(kw["domain"] if "domain" in kw else domain(self.runs), self.domain_note)
         return verdict(cid, v, model=self.model, group=join(self.label, group), measurement=meas or "—", **kw)
 
 
@@ -109,12 +110,13 @@ def shift_identity(df: pd.DataFrame) -> str | None:
 
 def domain(df: pd.DataFrame, eps: float | None = None) -> str:
     """Which of the theorems' assumptions these runs break: δ = sqrt(20K/N) below every p_k (else
-    the concentration set E* is empty), N ≥ K³, and, for an accuracy ε, K ≥ 1/ε (unit constants)."""
+    the concentration set E* is empty), N ≥ K³, for an accuracy ε, K ≥ 1/ε (unit constants), and
+    Eq. 4's label gap |f(v_k) − f(v_k')| = Θ(L)Δ, measured (eq4_outside)."""
     if df.empty:
         return ""
     if df["K"].isna().any():
         return "continuous tokens: the theorems assume discrete features"
-    out = []
+    out = [eq4_text(df[eq4_outside(df)])] if eq4_outside(df).any() else []
     for (K, N), g in df.groupby(["K", "N"]):
         K, N = int(K), int(N)
         p = probs(g)
@@ -126,6 +128,67 @@ def domain(df: pd.DataFrame, eps: float | None = None) -> str:
         if eps is not None and K < 1 / eps:
             out.append(f"K = {K} < 1/ε = {1 / eps:.3g}")
     return "; ".join(out)
+
+
+def eq4_outside(df: pd.DataFrame) -> pd.Series:
+    """Runs outside Eq. 4 (|f(v_k) − f(v_k')| = Θ(L)Δ, the label gap the theorems' time scales are
+    built on): theory.parquet's eq4_ratio, the label gap per unit LΔ against its small-LΔ value
+    (icl.theory.ldl.eq4_ratio), below EQ4_MIN = ½. The cosine's gap saturates once its phase
+    differences wrap around (at d = 15 near cΔ ≈ 11), and beyond that L no longer sets it."""
+    if "eq4_ratio" not in df:
+        return pd.Series(False, index=df.index)
+    return (df["eq4_ratio"].astype(float) < ldl.EQ4_MIN).fillna(False)
+
+
+def eq4_text(out: pd.DataFrame) -> str:
+    """The sentence naming the runs outside Eq. 4 (out: those runs)."""
+    r = out["eq4_ratio"].astype(float)
+    where = ", ".join(f"L = {L:g} (Δ = {D:g})" for L, D in
+                      sorted({(float(a), float(b)) for a, b in zip(out["L"], out["delta"])}))
+    return (f"Eq. 4 fails at {where}: the label gap per unit LΔ is {r.min():.2f} to {r.max():.2f} of its small-LΔ "
+            f"value, below {ldl.EQ4_MIN:g} (the task's label gap saturates, so L and Δ no longer set it)")
+
+
+L_CLAIMS = ("ldl.phases", "ldl.transition_at_Lstar", "ldl.time_vs_L", "ldl.phase_one")   # and phase_boundary
+
+
+def inside_eq4(s: Setting) -> tuple[Setting | None, str]:
+    """The setting as its L-claims read it: the runs outside Eq. 4 left out and counted (the
+    domain column names them); None where no run is inside (the claims read not testable), with
+    the reason."""
+    out = eq4_outside(s.runs)
+    if not out.any():
+        return s, ""
+    why = eq4_text(s.runs[out])
+    if out.all():
+        return None, why
+    kept = s.runs[~out]
+    note = f"{int(out.sum())} run(s) outside Eq. 4's domain left out of this L-claim"
+    return Setting(s.model, s.label, kept, join(s.left_out, note), s.curves[s.curves["run_id"].isin(kept["run_id"])],
+                   s.theory_curves, join(s.domain_note, why)), why
+
+
+def gap_L(g: pd.DataFrame) -> np.ndarray:
+    """Each run's L as Eq. 4 reads its measured label gap: L·eq4_ratio. Eq. 4 says
+    |f(v_k) − f(v_k')| = Θ(L)Δ, and the constant inside Θ is unknown: at its small-LΔ value the
+    gap is κLΔ (the theorems' L²Δ²), as the task actually has it κ·eq4_ratio·LΔ
+    (theory.parquet's eq4_ratio, icl.theory.ldl.label_gap per unit LΔ against its small-LΔ value;
+    κ, one number per task, cancels in a slope). Inside Eq. 4's domain the ratio lies in [½, 1].
+    L itself where a run has no ratio (a task without a label covariance, tables before it)."""
+    L = g["L"].to_numpy(float)
+    if "eq4_ratio" not in g:
+        return L
+    r = g["eq4_ratio"].to_numpy(float)
+    return np.where(np.isfinite(r) & (r > 0), L * r, L)
+
+
+def gap_readings(g: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The two readings of Eq. 4's unknown constant a time claim's band spans, as the runs to put
+    into the theorems' T (icl.fits.theory_time reads L): "LΔ" (the constant at its small-LΔ
+    value: the theorems' L²Δ²) and "gap" (the constant as the task has it: L²Δ² → the measured
+    label gap², via gap_L). A run set whose step follows the measured clock η‖v‖⁴E[(f(v_k) −
+    f(v_k'))²] follows the second."""
+    return {"LΔ": g, "gap": g.assign(L=gap_L(g))}
 
 
 def probs(df: pd.DataFrame) -> np.ndarray:
@@ -150,15 +213,16 @@ def approx_identity(g: pd.DataFrame, tcol: str = "t_rel_1e-1") -> str | None:
     """Within one regime of softmax_q runs: the scale identity, approximately. Where the task's
     label differences grow as L² over these L (the collapse clock's rate, theory.parquet's
     clock_per_epoch = η‖v‖⁴·E[(f(v_n) − f(v_k))²], over ηL² is constant, as for a cosine whose
-    frequency is small: cos(L⟨w,x⟩ + φ) ≈ cos φ − L⟨w,x⟩ sin φ) and the data agree (T·L² is the
-    same at every L within the spread between seeds), L acts as a scale there, and the data
-    cannot tell the theory's L-dependence from that identity. Returns the reason, or None."""
+    frequency is small: cos(L⟨w,x⟩ + φ) ≈ cos φ − L⟨w,x⟩ sin φ) and the data agree (T·ηL² is the
+    same at every L within the spread between seeds; T·L² at one step size, η as each run's lr
+    where the step follows the clock), L acts as a scale there, and the data cannot tell the
+    theory's L-dependence from that identity. Returns the reason, or None."""
     g = g[g[tcol].notna()]
     if g.empty or not (g["model_kind"] == "softmax_q").all() or "clock_per_epoch" not in g:
         return None
     if g["L"].nunique() < 2 or g["seed"].nunique() < 2:
         return None
-    y = np.log(g[tcol].astype(float) * g["L"].astype(float) ** 2)
+    y = np.log(g[tcol].astype(float) * g["lr"].astype(float) * g["L"].astype(float) ** 2)
     per_L = y.groupby(g["L"])
     across = float(per_L.median().max() - per_L.median().min())
     within = float(per_L.agg(lambda v: v.max() - v.min()).median())
@@ -168,7 +232,7 @@ def approx_identity(g: pd.DataFrame, tcol: str = "t_rel_1e-1") -> str | None:
         return None
     vals = ", ".join(f"{math.exp(v):.3g}" for v in per_L.median())
     Ls = ", ".join(f"{L:g}" for L in per_L.median().index)
-    return (f"approximate scale identity: T·L² ({tcol}) = {vals} for L = {Ls}, constant within the seeds' spread "
+    return (f"approximate scale identity: T·ηL² ({tcol}) = {vals} for L = {Ls}, constant within the seeds' spread "
             f"(across L {across:.3f}, between seeds {within:.3f} in log), and the task's label differences grow as "
             f"L² over these L (to {task_across:.3f} in log): L acts as a scale here, as in softmax_q's exact identity, "
             f"so this regime's L-dependence is decided by that identity, not by the theory's dynamics")
@@ -381,10 +445,13 @@ def _time_ready(s: Setting, cid: str) -> list[dict] | None:
 def time_vs_L(s: Setting, choices: Choices = DEFAULT, tcols=TIME_COLS) -> list[dict]:
     """Theorems 1-2: the log-log slope of the crossing time against L, per regime and threshold,
     bootstrapped over seeds (at least 5; with fewer it reads inconclusive), against the slope of
-    the theorems' T at each run's own ε (absolute thresholds only on runs that started ≥ 10× above
-    them) — the band spans T with and without its log factor (the constant inside it is
-    unknown), widened by the slope's timing resolution — once with ε read from the loss and once
-    from attention."""
+    the theorems' T at each run's own ε and step η (absolute thresholds only on runs that started
+    ≥ 10× above them) — the band spans T with and without its log factor (the constant inside it
+    is unknown) and with Eq. 4's unknown constant both at its small-LΔ value (the theorems' L²Δ²)
+    and as the task has it (L²Δ² → each run's measured label gap², gap_L), widened by the slope's
+    timing resolution — once with ε read from the loss and once from attention. Runs whose step
+    follows the measured clock are not failed for the constant inside Θ; a slope outside both
+    readings still fails."""
     cid = "ldl.time_vs_L"
     if (early := _time_ready(s, cid)):
         return early
@@ -423,10 +490,19 @@ def time_vs_L(s: Setting, choices: Choices = DEFAULT, tcols=TIME_COLS) -> list[d
 
             def pred_of(reading, g=g, rg=rg, tcol=tcol, logL=logL, tol=tol):
                 eps = EPS_READINGS[reading](g, tcol)
-                th = fits._ols_slope(logL, np.log(fits.theory_time(g, [rg] * len(g), eps)))
-                power = fits._ols_slope(logL, -2 * logL - (np.log(eps) if rg == "sharp" else 0.0))
-                a, b = sorted((th, power))
-                return Band(a, b, tol), f"{a:.2f} to {b:.2f}"
+                ends = {}
+                for gap, gg in gap_readings(g).items():     # Eq. 4's constant: small-LΔ value, measured gap
+                    th = fits._ols_slope(logL, np.log(fits.theory_time(gg, [rg] * len(gg), eps)))
+                    power = fits._ols_slope(logL, -np.log(gg["lr"].to_numpy(float))       # at each run's η
+                                            - 2 * np.log(gg["L"].to_numpy(float))
+                                            - (np.log(eps) if rg == "sharp" else 0.0))
+                    ends[gap] = sorted((th, power))
+                a, b = min(e[0] for e in ends.values()), max(e[1] for e in ends.values())
+                (la, lb), (ga, gb) = ends["LΔ"], ends["gap"]
+                text = f"{a:.2f} to {b:.2f}"
+                if not (np.isclose(la, ga) and np.isclose(lb, gb)):
+                    text += f" (with L²Δ² {la:.2f} to {lb:.2f}, with the measured label gap² {ga:.2f} to {gb:.2f})"
+                return Band(a, b, tol), text
 
             n_seeds = g["seed"].nunique()
             rows.append(_both_readings(s, cid, group, pred_of, lo, hi, choices, "the slope", slope,
@@ -503,7 +579,9 @@ def time_vs_eps(s: Setting, choices: Choices = DEFAULT, t_hi="t_rel_1e-1", t_lo=
 def phase_one(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """Prop. 2: Phase I ends at T1 = Θ(K log K/(ηL²Δ²)), with own attention Ω(1/(1+δ)) by then.
     Measured as the epoch own attention first reaches 1/(1+δ) (every epoch's trace), its log-log
-    slope against L (seeds bootstrapped, at least 5) against T1's −2, within the timing resolution."""
+    slope against L (seeds bootstrapped, at least 5) against T1's at each run's step η (−2 at one
+    η), the band spanning Eq. 4's unknown constant — at its small-LΔ value (L²Δ²) and as the task
+    has it (each run's measured label gap², gap_L) — within the timing resolution."""
     cid = "ldl.phase_one"
     pred = "slope of log T1 on log L = −2 (T1 ∝ 1/(ηL²Δ²))"
     df = s.runs
@@ -527,7 +605,18 @@ def phase_one(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     if (why := approx_identity(g, "t_phase_one")):
         return [s.row(cid, NOT_TESTABLE, prediction=pred, reason=why, measurement=note or "—")]
     slope, lo, hi, n, _ = fits.slope_with_bootstrap(g.astype({"L": float, "t_phase_one": float}), "t_phase_one")
-    band = Band(-2.0, -2.0, _timing_tol(g["t_phase_one"].to_numpy(float), np.log(g["L"].to_numpy(float))))
+    logL = np.log(g["L"].to_numpy(float))
+    # −2 at one η; at each run's η; once with L²Δ², once with the measured label gap² (Eq. 4's Θ-constant)
+    want = {gap: fits._ols_slope(logL, -np.log(gg["lr"].to_numpy(float)) - 2 * np.log(gg["L"].to_numpy(float)))
+            for gap, gg in gap_readings(g).items()}
+    a, b = sorted(want.values())
+    band = Band(a, b, _timing_tol(g["t_phase_one"].to_numpy(float), logL))
+    at = " at each run's step η" if g["lr"].nunique() > 1 else ""
+    if not np.isclose(a, b):
+        pred = (f"slope of log T1 on log L = {want['LΔ']:.2f} with L²Δ² (T1 ∝ 1/(ηL²Δ²){at}) to {want['gap']:.2f} "
+                f"with the measured label gap² (Eq. 4's constant inside Θ as the task has it)")
+    elif at:
+        pred = f"slope of log T1 on log L = {a:.2f} (T1 ∝ 1/(ηL²Δ²){at})"
     n_seeds = g["seed"].nunique()
     meas = join(f"slope {slope:.2f} [{fmt(lo)}, {fmt(hi)}] ({fits.interval_kind(n_seeds)}) over {n} runs, "
                 f"{g['L'].nunique()} values of L", note)
@@ -557,6 +646,33 @@ def phase_runs(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return keep, ("runs left out of the count: " + ", ".join(parts)) if parts else ""
 
 
+# What icl.phases counts on the theory's own curves at the default settings (d = 15, K = 4, N = 100,
+# Δ = 3; L = 0.1, 0.2 flat and 1.5, 2 sharp; 3 seeds), benchmarks/phase_counter.py, the median count
+# per regime. LDL's own mean-field flow (Lemma 2, balanced counts) counts 2 in both regimes: its sharp
+# regime shows no third phase. A model kind whose flat and sharp medians agree cannot show LDL's
+# transition through a count of phases, and the phase claims on it read inconclusive.
+PHASE_COUNTER = {
+    "mean_field": {"flat": 2, "sharp": 2},          # both families (c = 0.5 at lr 5, c = L with lr_rule: clock)
+    "softmax_q": {"flat": 2, "sharp": 2},           # GD; at c = 0.5, L = 0.1 three runs count 1 (window too short)
+    "transformer_block": {"flat": 3, "sharp": 3},   # Adam 1e-3: flat 2-3, sharp 2-4
+}
+
+
+def counter_blind(df: pd.DataFrame) -> str | None:
+    """Why a count of phases cannot decide a phase claim on these runs' model kind (PHASE_COUNTER:
+    its flat and sharp counts agree on the theory's own curves), or None."""
+    for kind in sorted(set(df["model_kind"].astype(str))):
+        tab = PHASE_COUNTER.get(kind)
+        if tab and tab["flat"] == tab["sharp"]:
+            mf = PHASE_COUNTER["mean_field"]
+            return (f"the phase counter does not tell flat from sharp for {kind}: on the theory's own curves "
+                    f"(benchmarks/phase_counter.py, flat L = 0.1, 0.2 and sharp L = 1.5, 2 at Δ = 3, N = 100) it "
+                    f"counts a median {tab['flat']} phases in the flat regime and {tab['sharp']} in the sharp, and "
+                    f"{mf['flat']} and {mf['sharp']} on LDL's own mean-field flow, whose sharp regime shows no third "
+                    f"phase; a count of phases cannot decide this claim")
+    return None
+
+
 def phases_claim(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """Two phases in the flat regime, three in the sharp (Props. 2-4): per regime the share of
     runs whose own logit shows the predicted number of phases (icl.phases: the fewest stretches
@@ -571,6 +687,9 @@ def phases_claim(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     if df["L_star"].isna().all() or "n_phases" not in df or df["attn_own_final"].isna().all():
         return [s.row(cid, NOT_TESTABLE, prediction="flat: 2, sharp: 3", measurement="no own attention traced",
                       reason="phases are counted on the own-feature logit, which continuous tokens do not have")]
+    if (blind := counter_blind(df)):
+        return [s.row(cid, UNSURE, group=rg, prediction=f"{rg}: {want} phases", measurement="—", reason=blind)
+                for rg, want in (("flat", 2), ("sharp", 3))]
     keep, note = phase_runs(df)
     reg = regimes(keep, choices.lstar)
     rows = []
@@ -606,6 +725,8 @@ def transition_at_Lstar(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
         return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement="—", reason=why + " (no L can differ from another)")]
     if "n_phases" not in df or df["L_star"].isna().all():
         return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement="—", reason="the runs have no L* (continuous tokens)")]
+    if (blind := counter_blind(df)):
+        return [s.row(cid, UNSURE, prediction=pred, measurement="—", reason=blind)]
     keep, note = phase_runs(df)
     reg = regimes(keep, choices.lstar)
     order = lambda d: d.sort_values(["seed", "L"])["n_phases"].astype(float).to_numpy()      # noqa: E731
@@ -644,6 +765,8 @@ def phase_boundary(s: Setting, axis: str, choices: Choices = DEFAULT) -> list[di
         return []
     if (why := scale_identity(df)):
         return [s.row(cid, NOT_TESTABLE, group=group, prediction=pred, measurement="—", reason=why)]
+    if (blind := counter_blind(df)):
+        return [s.row(cid, UNSURE, group=group, prediction=pred, measurement="—", reason=blind)]
     keep, note = phase_runs(df)
     if not keep["n_phases"].notna().any():
         return [s.row(cid, UNSURE, group=group, prediction=pred, measurement=note or "no phase count",
@@ -986,18 +1109,25 @@ def verdicts(tabs: dict, model: str) -> list[dict]:
             rows += [s.row(cid, NOT_TESTABLE, prediction="—", measurement="no run to judge",
                            reason=f"every run of this setting was left out ({s.left_out})")
                      for cid in ("ldl.attention_to_one", "ldl.offdiag_logits", "ldl.own_logit_monotone",
-                                 "ldl.phases", "ldl.transition_at_Lstar", "ldl.time_vs_L", "ldl.time_vs_eps",
-                                 "ldl.phase_one", "ldl.unseen_functions", "ldl.mean_field")]
+                                 "ldl.time_vs_eps", "ldl.unseen_functions", "ldl.mean_field", *L_CLAIMS)]
             continue
+        sL, why = inside_eq4(s)           # the L-claims read the runs inside Eq. 4's domain
         rows += [*robust(attention_to_one, s, uses=("band",)), *robust(offdiag_logits, s, uses=("band",)),
-                 *robust(own_logit_monotone, s, uses=("band",)), *robust(phases_claim, s),
-                 *robust(transition_at_Lstar, s), *robust(time_vs_L, s), *robust(time_vs_eps, s),
-                 *robust(phase_one, s, uses=("band",)), *robust(unseen_functions, s, uses=("band",)),
-                 *robust(mean_field, s, uses=("band",))]
+                 *robust(own_logit_monotone, s, uses=("band",)), *robust(time_vs_eps, s),
+                 *robust(unseen_functions, s, uses=("band",)), *robust(mean_field, s, uses=("band",))]
+        if sL is None:
+            rows += [s.row(cid, NOT_TESTABLE, prediction="—", measurement="—",
+                           reason=f"every run of this setting is outside Eq. 4's domain: {why}") for cid in L_CLAIMS]
+        else:
+            rows += [*robust(phases_claim, sL), *robust(transition_at_Lstar, sL), *robust(time_vs_L, sL),
+                     *robust(phase_one, sL, uses=("band",))]
     for axis in ("delta", "N"):          # L* = 1/(Δδ): the phase boundary against Δ and N, where swept
         if axis in cols:
             for lab, g in by_setting(df, [c for c in cols if c != axis]):
-                rows += robust(phase_boundary, setting(lab, g), axis)
+                sL, why = inside_eq4(setting(lab, g))
+                rows += robust(phase_boundary, sL, axis) if sL is not None else [setting(lab, g).row(
+                    "ldl.transition_at_Lstar", NOT_TESTABLE, group=f"boundary against {'Δ' if axis == 'delta' else axis}", prediction="—",
+                    measurement="—", reason=f"every run of this setting is outside Eq. 4's domain: {why}")]
     for lab, g in by_setting(df, [c for c in cols if c != "lr"]):      # the learning rate is step size's axis
         rows += robust(step_size, setting(lab, g, left_out=False), uses=("band",))
     order = {c: i for i, c in enumerate(CLAIMS)}

@@ -176,6 +176,55 @@ def mean_field_step(V: np.ndarray, p: np.ndarray, C: np.ndarray, eta: float, epo
     return worst
 
 
+# ----------------------------------------------------------------------------- the collapse clock as a step size
+
+REF_DELTA, REF_L, REF_C = 3.0, 1.0, 1.0   # lr_rule: clock: the configured lr is the step at Δ = 3, L = c = 1
+EQ4_MIN = 0.5       # Eq. 4 holds while the label gap per unit LΔ is at least this share of its small-LΔ value
+
+
+def label_gap(C: np.ndarray) -> float:
+    """sqrt(E[(f(v_k) − f(v_k'))²]), the root mean square over the ordered pairs k ≠ k' of the
+    label differences' second moment D[k, k', k'] = C[k',k'] − 2C[k,k'] + C[k,k] (C: the task's
+    label covariance at the features, icl.tasks.Task.label_cov)."""
+    K = len(C)
+    off = ~np.eye(K, dtype=bool)
+    d2 = np.diag(C)[:, None] + np.diag(C)[None, :] - 2 * C
+    return float(np.sqrt(max(float(d2[off].mean()), 0.0)))
+
+
+def clock_weight(V: np.ndarray, C: np.ndarray) -> float:
+    """‖v‖⁴·E[(f(v_k) − f(v_k'))²]: the collapse clock's rate per unit step (collapse_rate at η = 1)."""
+    return collapse_rate(V, C, 1.0)
+
+
+def clock_lr(lr: float, V: np.ndarray, C: np.ndarray, V_ref: np.ndarray, C_ref: np.ndarray) -> float:
+    """The step η at which a run's collapse clock, η‖v‖⁴·E[(f(v_k) − f(v_k'))²], runs as fast as
+    that of step `lr` at the reference features and labels (V_ref, C_ref): η = lr·w_ref/w. Every
+    run of a sweep then sees the same mean-field curve on the epoch axis (orthogonal features of
+    one norm, one K and p), so one number of epochs resolves every setting."""
+    w = clock_weight(V, C)
+    if not (np.isfinite(w) and w > 0):
+        raise ValueError("the collapse clock does not run here: the task's labels do not differ between features")
+    return float(lr * clock_weight(V_ref, C_ref) / w)
+
+
+def eq4_ratio(V: np.ndarray, C: np.ndarray, C_small: np.ndarray, shrink: float) -> float:
+    """Eq. 4 (|f(v_k) − f(v_k')| = Θ(L)Δ), measured: the label gap per unit LΔ at these features
+    against its small-LΔ value, read from the label covariance C at V and C_small at V·shrink
+    (shrink ≪ 1: the same task at a separation shrink·Δ). 1 while the gap grows as LΔ; for the
+    cosine (L/c)cos(c⟨w,x⟩ + φ) at separation Δ it is sqrt(2d(1 − Ω_d(cΔ)))/(cΔ) (cosine_eq4_ratio),
+    which falls as the cosine's phase differences wrap around: the gap saturates at L/c·sqrt(…)."""
+    small = label_gap(C_small) / shrink
+    return float(label_gap(C) / small) if small > 0 else float("nan")
+
+
+def cosine_eq4_ratio(c: float, delta: float, d: int) -> float:
+    """eq4_ratio of the cosine task, closed form, at features a distance Δ apart: the gap² is
+    (L/c)²(1 − Ω_d(cΔ)) and its small-cΔ limit is (LΔ)²/(2d) (Ω_d(r) = 1 − r²/(2d) + O(r⁴))."""
+    r = c * delta
+    return float(np.sqrt(2 * d * (1 - sphere_cos_mean(np.asarray(r), d))) / r)
+
+
 def sampled_loss_and_grad(S: np.ndarray, counts: np.ndarray, query: np.ndarray, D: np.ndarray):
     """The population loss (averaged over the task functions, as the balanced form) and ∂L/∂S on
     prompts with the feature counts they actually have: counts (P, K) of each prompt's context

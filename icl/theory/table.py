@@ -14,7 +14,8 @@ EPS = 1e-2   # the theorems' absolute accuracy ε used for T_star (unit constant
 def ldl_rows(plan_runs: list[dict], flat_max_L: float | None = None) -> pd.DataFrame:
     """LDL's predictions per run: L*, the flat/sharp split every table and figure uses (`L_split`,
     icl.theory.ldl.split: the config's report.flat_max_L, else L*) and the regime it gives, the
-    time scales at unit constants, the collapse clock's rate, and for softmax_q under GD how large
+    time scales at unit constants, the collapse clock's rate, Eq. 4's label gap measured
+    (`eq4_ratio`), and for softmax_q under GD how large
     one step is against the population loss's curvature (`mf_step`, icl.theory.ldl.mean_field_step:
     where the mean-field curve makes a prediction)."""
     import pandas as pd   # here, not at the top: training jobs import lsa_optimum and never a table
@@ -23,7 +24,8 @@ def ldl_rows(plan_runs: list[dict], flat_max_L: float | None = None) -> pd.DataF
         s = r["spec"]
         tok, task, model = s["tokens"], s["task"], s["model"]
         row = {"run_id": r["run_id"], "regime": None, "L_star": np.nan, "L_split": np.nan, "delta_conc": np.nan,
-               "T1": np.nan, "T_star": np.nan, "n_phases_pred": pd.NA, "clock_per_epoch": np.nan, "mf_step": np.nan}
+               "T1": np.nan, "T_star": np.nan, "n_phases_pred": pd.NA, "clock_per_epoch": np.nan, "mf_step": np.nan,
+               "eq4_ratio": np.nan}
         if tok["kind"] == "discrete" and family(task["kind"]).ldl:
             K, N, D, L, eta = tok["K"], s["prompts"]["N"], tok["delta"], task["L"], model["lr"]
             cut = ldl.split(K, N, D, flat_max_L)
@@ -32,7 +34,7 @@ def ldl_rows(plan_runs: list[dict], flat_max_L: float | None = None) -> pd.DataF
                        T1=ldl.T1(K, eta, L, D),
                        T_star=(ldl.T_flat if reg == "flat" else ldl.T_sharp)(K, N, eta, L, D, EPS),
                        n_phases_pred=ldl.predicted_phases(reg), clock_per_epoch=clock_per_epoch(s),
-                       mf_step=mean_field_step(s, memo))
+                       mf_step=mean_field_step(s, memo), eq4_ratio=eq4_ratio(s))
         rows.append(row)
     df = pd.DataFrame(rows)
     df["n_phases_pred"] = df["n_phases_pred"].astype("Int64")
@@ -55,6 +57,23 @@ def mean_field_step(spec: dict, memo: dict) -> float:
     if key not in memo:
         memo[key] = ldl.mean_field_step(V, p, C, model["lr"], spec["train"]["epochs"])
     return memo[key]
+
+
+EQ4_SHRINK = 1e-3     # the small-LΔ reference of eq4_ratio: the same task at 10⁻³ of the features' separation
+
+
+def eq4_ratio(spec: dict) -> float:
+    """Eq. 4 measured (icl.theory.ldl.eq4_ratio): the label gap sqrt(E[(f(v_k) − f(v_k'))²]) per
+    unit LΔ at the run's features, against its small-LΔ value (the same task at EQ4_SHRINK times
+    the separation); NaN where the task family has no label covariance. Below
+    icl.theory.ldl.EQ4_MIN the run is outside the theorems' label-gap assumption (icl.claims.ldl)."""
+    tok, task = spec["tokens"], spec["task"]
+    V = features(tok, spec["seed"]).astype(float)
+    fam = family(task["kind"])
+    C = fam.label_cov(task, V)
+    if C is None:
+        return np.nan
+    return ldl.eq4_ratio(V, C, fam.label_cov(task, V * EQ4_SHRINK), EQ4_SHRINK)
 
 
 def clock_per_epoch(spec: dict) -> float:
