@@ -48,7 +48,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from icl.config import validate
 from icl.data import read_dataset, write_dataset
-from icl.models import build
+from icl.models import MODELS as MODELS_OF, build
 from icl.plan import plan
 from icl.train import train_shard
 from reference_models import GPTReference, LSAHeadsReference
@@ -274,11 +274,18 @@ def flops_per_epoch(model_key, path, runs, paths, device) -> float:
 def one(args) -> None:
     torch.set_num_threads(args.threads)
     runs, paths = workload(args.model, args.seeds, args.epochs, args.data, args.runs)
-    if args.part is not None:                       # one of the loop's two processes: its half
+    if args.path == "shards":                       # the plan's CPU cut: shards of the kind's ensemble_cap
+        cap = MODELS_OF[runs[0]["spec"]["model"]["kind"]].ensemble_cap(runs[0]["spec"])
+        shards = [runs[i:i + cap] for i in range(0, len(runs), cap)][args.part::2]
+        runs = [r for sh in shards for r in sh]
+    elif args.part is not None:                     # one of the loop's two processes: its half
         runs = runs[args.part::2]
     t = time.perf_counter()
     if args.path == "loop":
         loop_train(args.model, runs, paths, args.epochs)
+    elif args.path == "shards":
+        for sh in shards:
+            ensemble_train(sh, paths, args.epochs, args.device, args.log_every)
     else:
         ensemble_train(runs, paths, args.epochs, args.device, args.log_every)
         if args.device == "cuda":
@@ -362,8 +369,17 @@ def main() -> None:
             loop = {"runs": sum(h["runs"] for h in halves), "seconds": max(h["seconds"] for h in halves),
                     "flops": sum(h["flops"] for h in halves), "peak_rss_mb": sum(h["peak_rss_mb"] for h in halves)}
             ens = result(child(model, "ensemble", args.seeds, args, 2, args.device, n_runs=args.runs))
+            rows = [("loop", loop), ("ensemble", ens)]
+            spec = MODELS[model][1]
+            if args.device == "cpu" and MODELS_OF[spec["kind"]].ensemble_cap(workload(model, 1, 1, data, 1)[0][0]["spec"]):
+                # what the plan trains on a CPU: shards of ensemble_cap runs, two one-thread jobs side by side
+                two = [result(pr) for pr in [child(model, "shards", args.seeds, args, 1, "cpu", part, args.runs)
+                                             for part in (0, 1)]]
+                rows.append(("shards", {"runs": sum(h["runs"] for h in two), "seconds": max(h["seconds"] for h in two),
+                                        "flops": sum(h["flops"] for h in two),
+                                        "peak_rss_mb": sum(h["peak_rss_mb"] for h in two)}))
             base = loop["runs"] * args.epochs / loop["seconds"]
-            for path, r in (("loop", loop), ("ensemble", ens)):
+            for path, r in rows:
                 rate = r["runs"] * args.epochs / r["seconds"]
                 gf = r["flops"] / r["seconds"] / 1e9
                 mem = r["gpu_peak_mb"] if path == "ensemble" and args.device == "cuda" else r["peak_rss_mb"]

@@ -123,6 +123,8 @@ def plan(cfg: dict, name: str) -> list[Run]:
         fixed = load_bytes(members[0].spec, len(members))
         size = max(1, min(cfg["shard_size"], (budget - fixed) // need if budget > fixed else 1))
         model = members[0].spec["model"]["kind"]
+        cap = models.MODELS[model].ensemble_cap(members[0].spec) if cfg.get("device") != "cuda" else None
+        size = min(size, cap or size)
         order = lambda r: sweep_position(r.spec, keys) + [r.run_id]
         for chunk in chunks(sorted(members, key=order), size):
             shard = f"{model}-{stable_hash(sorted(r.run_id for r in chunk), 10)}"

@@ -34,6 +34,10 @@ def _random(tok, c):
     return {"kind": "random_covariance", "d": tok["d"], "scale": c}
 
 
+def _identity(tok, c):
+    return {"kind": "gaussian", "d": tok["d"], "covariance": "identity"}
+
+
 def _keep(x, c, g):
     return x
 
@@ -69,6 +73,8 @@ SHIFTS = {
     # ZFB's test prompts: Λ = c·diag(λ), λ_i ~ Exp(1), new per prompt, whatever the training law
     "random_covariance": Shift(_random, _keep, lambda train, c, d: ("random", c, None)),
     "random_covariance_indep_query": Shift(_random, _indep_query, lambda train, c, d: ("random", c, c * np.eye(d))),
+    # ZFB §5's fixed test prompts: x ~ N(0, I), whatever the training law (the seed's "fixed matrices")
+    "identity": Shift(_identity, _keep, lambda train, c, d: ("fixed", np.eye(d), None)),
 }
 
 

@@ -270,6 +270,12 @@ class Model:
         return int(4 * (held + passes) + 4 * copies * cls.n_params(spec) + cls.log_bytes(spec))
 
     @classmethod
+    def ensemble_cap(cls, spec: dict) -> int | None:
+        """Most runs a shard should step together on a CPU, where more would be slower per run
+        than a loop over them (the plan cuts shards to it unless `device: cuda`); None: no cap."""
+        return None
+
+    @classmethod
     def log_bytes(cls, spec: dict) -> int:
         """The logs (float64, every logged epoch) and the trace (every epoch: three losses, the own
         attention, softmax_q's K×K logits) of one run."""

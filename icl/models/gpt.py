@@ -10,6 +10,7 @@ from icl.models.base import Batch, Model, init_rng, lazy_torch, own_attention, t
 torch = lazy_torch(globals())
 
 INIT_STD = 0.02               # GPT-2's initializer_range (nanoGPT: the same)
+STEP_CAP_BYTES = 2**29       # a CPU ensemble step's activations at most (ensemble_cap): 16 runs of the benchmark's GPT
 CHUNK_FLOATS = 2**24          # a forward without gradients goes through the prompts in chunks of about this many floats
 
 
@@ -132,6 +133,17 @@ class GPT(Model):
         m = spec["model"]
         W, L, H, F = m["width"], m["layers"], m["heads"], m["width"] * m["ffn_mult"]
         return cls.tokens_needed(spec["prompts"]["N"]) * L * (8 * W + 2 * F + H)
+
+    @classmethod
+    def ensemble_cap(cls, spec: dict) -> int:
+        """Most runs one CPU step should hold: as many as keep the step's activations within
+        STEP_CAP_BYTES. A GPT step is compute-bound and its per-run loop already efficient; past
+        the cache the ensemble's elementwise work is bound by memory bandwidth (benchmarks/
+        README.md: 16 runs of the 3-layer, width-64 model step at 1.5-1.7x the loop per core, 64
+        runs with two threads at 0.5-0.7x), so a GPT sweep is cut into shards of this size that
+        train side by side, one thread each."""
+        per_run = 4 * cls._prompts(spec)["batch"] * cls.step_floats(spec)
+        return max(1, int(STEP_CAP_BYTES // per_run))
 
     @classmethod
     def log_matrix_floats(cls, spec: dict) -> int:
