@@ -130,7 +130,7 @@ def cmd_report(args) -> None:
     from icl.report import render
     pl = read_plan(args.plan)
     render(pl["experiment"], pl["config"], args.results, args.out, processes=args.processes,
-           benchmarks=args.benchmarks)
+           benchmarks=args.benchmarks, paper=args.paper or None)
     print(f"wrote {args.out}", file=sys.stderr)
 
 
@@ -221,6 +221,8 @@ def main(argv=None) -> None:
     s.add_argument("--processes", type=int, default=1, help="draw the figures in this many processes (default 1)")
     s.add_argument("--benchmarks", nargs="*", default=None,
                    help="Snakemake benchmark files of the jobs before the report, for its timing table")
+    s.add_argument("--paper", nargs="?", const="", default="",
+                   help="config/paper.yaml: the headline quotes its sizes for this experiment where they differ")
     s.set_defaults(fn=cmd_report)
     s = sub.add_parser("index", help="render reports/index.html")
     s.add_argument("--experiments", required=True, help="JSON mapping name -> experiment")

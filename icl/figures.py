@@ -104,7 +104,10 @@ def drawn_rows(fig) -> pd.DataFrame:
                                        **({"value": np.asarray(values, float)} if values is not None
                                           and len(values) == len(offsets) else {})}))
     cols = ["panel", "series", "x", "y", "value", "colour", "x_label", "y_label"]
-    return pd.concat(parts, ignore_index=True).reindex(columns=cols) if parts else pd.DataFrame(columns=cols)
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    rows = pd.concat(parts, ignore_index=True).reindex(columns=cols)
+    return rows.loc[:, rows.notna().any() | rows.columns.isin(["panel", "series", "x", "y"])]   # no all-empty column
 
 
 def _drawn(fig) -> tuple[str, str]:

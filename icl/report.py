@@ -23,7 +23,7 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 from jinja2 import Environment, FileSystemLoader, select_autoescape  # noqa: E402
 
-from icl import claims, report_heads, report_ldl, report_zfb, tasks  # noqa: E402
+from icl import claims, report_headline, report_heads, report_ldl, report_zfb, tasks  # noqa: E402
 from icl.figures import QUALITATIVE, Figure, draw_all, later, palette, png  # noqa: E402
 from icl.files import atomic_path  # noqa: E402
 from icl.io import read_parquet  # noqa: E402
@@ -244,11 +244,13 @@ def key_figure(sections: list[dict], zfb: dict | None) -> Figure | None:
 
 
 def render(experiment: str, exp: dict, results_dir: str, out_path: str, processes: int = 1,
-           benchmarks: list[str] | None = None) -> None:
+           benchmarks: list[str] | None = None, paper: str | None = None) -> None:
     """reports/<experiment>.html and, for the index, results/<experiment>/thumbnail.png (the key
-    figure), from the experiment's tables, its analysis (slopes, stability, verdicts) and the
-    Snakemake benchmark files of the jobs before it (`benchmarks`: its timing table, left out
-    without them). Figures are drawn by `processes`."""
+    figure) and headline.json (what the page's headline says of each model), from the experiment's
+    tables, its analysis (slopes, stability, verdicts) and the Snakemake benchmark files of the jobs
+    before it (`benchmarks`: its timing table, left out without them). `paper`: config/paper.yaml,
+    whose experiment of the same name gives the sizes the headline quotes where this one is smaller.
+    Figures are drawn by `processes`."""
     tabs = {k: read_parquet(os.path.join(results_dir, f"{k}.parquet"))
             for k in ("runs", "curves", "summary", "theory", "theory_curves", "shift", "slopes", "stability",
                       "verdicts")}
@@ -263,7 +265,7 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
                              for law, rows in report_zfb.training_laws(tabs, clean)),
                            later(report_zfb.matrix_figure, tabs), later(report_zfb.slope_figure, clean)],
                "notes": report_zfb.SOURCE_NOTES,
-               "predictors": report_zfb.predictor_table(clean)}
+               "predictors": report_zfb.predictor_table(clean, tabs)}
     runs = tabs["runs"]
     with open(os.path.join(results_dir, "shards.json")) as fh:
         shards = json.load(fh)
@@ -274,28 +276,28 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
     draw_all([f for figs in figure_lists for f in figs], processes)
     for figs in figure_lists:       # those whose figure function found nothing to draw go
         figs[:] = [f for f in figs if f]
-    summ = runs[["run_id", "model", "L", "seed", "lr"]].merge(tabs["summary"], on="run_id")
-    cols = ["model", "L", "seed", "lr", "loss0", "final_train_loss", "final_test_loss", "attn_own_final",
-            "t_rel_1e-1", "t_rel_1e-2", "t_rel_1e-3", "diverged"]
-    summ = summ[cols].sort_values(["model", "L", "seed"])
-    # nullable columns print <NA> whatever na_rep says: as float64 they print "—" and format as numbers
-    summ = summ.apply(lambda c: c.astype("float64") if isinstance(c.dtype, (pd.Int64Dtype, pd.Float64Dtype)) else c)
+    summ = runs_table(runs, tabs["summary"])
     trained = tabs["summary"].groupby(["code_version", "code_hash"]).size().reset_index()
     versions = [f"{v} (source {h}, {n} runs)" for v, h, n in trained.itertuples(index=False)]
     stale = sorted(set(trained["code_hash"]) - {code_hash()})
     devices = sorted({f"{s['device']} ({s['device_name']}, {s['threads']} threads)" for s in shards})
     tim = benchmark_table(benchmarks or [])
+    head = headline(experiment, exp, tabs, verdicts, ldl, paper)
+    swept = swept_columns(runs)
     html = TEMPLATES.get_template("report.html.j2").render(
         experiment=experiment, description=exp.get("description", ""), sections=sections,
         task_kind=exp["task"]["kind"], zfb=zfb, ldl=ldl,
         verdict_counts=verdict_counts(verdicts),
         robustness=claim_robustness(verdicts),
+        headline=head, grid=report_headline.verdict_grid(verdicts),
         verdict_groups=[(m, g[g["scope"] == "setting"].to_dict("records"), _common_domain(g),
                          g[g["scope"] == "run"].to_dict("records")) for m, g in verdicts.groupby("model", sort=False)],
-        summary=summ.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="—", classes="tbl"),
+        summary=summ.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="—", classes="tbl runs"),
         regimes_table=report_ldl.regimes_by_model_table(tabs) if ldl else "",
         phase_note=report_ldl.phase_note(tabs) if ldl else "",
-        diverged=summ[summ["diverged"]].to_dict("records"),
+        diverged=[{"model": d["model"], "what": ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                                                       for k, v in d.items() if k in swept and k != "lr")}
+                  for d in summ[summ["diverged"].astype(bool)].to_dict("records")] if "diverged" in summ else [],
         n_runs=len(runs), n_shards=len(shards),
         train_seconds=sum(s["seconds"] for s in shards), devices=devices,
         config=yaml.safe_dump({experiment: exp}, sort_keys=False), versions=versions,
@@ -306,7 +308,56 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
     thumb = key_figure(sections, zfb)
     with atomic_path(os.path.join(results_dir, "thumbnail.png")) as tmp, open(tmp, "wb") as fh:
         fh.write(base64.b64decode(str(thumb)) if thumb else b"")
+    _write(os.path.join(results_dir, "headline.json"),
+           json.dumps({"models": head["models"], "learning": head["learning"]}, indent=1, ensure_ascii=False))
     _write(out_path, html)
+
+
+def headline(experiment: str, exp: dict, tabs: dict, verdicts: pd.DataFrame, ldl: bool,
+             paper: str | None = None) -> dict:
+    """What the page opens with (icl.report_headline): per model what was trained and what it
+    reached, the verdict counts per claim (per-setting rows, as on the index), the paper's sizes
+    where this experiment is smaller, and a sentence per claim that mostly does not hold."""
+    paper_exp = None
+    if paper and os.path.exists(paper):
+        with open(paper) as fh:
+            paper_exp = ((yaml.safe_load(fh) or {}).get("experiments") or {}).get(experiment)
+    models = report_headline.model_outcomes(tabs, ldl)
+    return {"models": models, "learning": report_headline.learning_sentence(models),
+            "claims": report_headline.claim_counts(verdicts, claim_robustness(verdicts)),
+            "failing": report_headline.failing_claims(verdicts),
+            "paper": report_headline.paper_sizes(exp, paper_exp)}
+
+
+# run columns that identify or describe a run rather than set it
+RUN_IDENTITY = {"run_id", "experiment", "shard", "data_id", "config_hash", "code_version", "model_kind", "model"}
+RUN_RESULTS = ["loss0", "final_train_loss", "final_test_loss", "uniform_train_loss", "uniform_test_loss",
+               "oracle_test_loss", "attn_own_final", "t_rel_1e-1", "t_rel_1e-2", "t_rel_1e-3", "t_escape", "diverged"]
+
+
+def swept_columns(runs: pd.DataFrame) -> list[str]:
+    """The run settings that vary within a model's runs (what the sweep sets: L, Δ, N, the training
+    law, the seed, a step the clock sets ...), in runs.parquet's order; `lr` always."""
+    out = []
+    for c in runs.columns:
+        if c in RUN_IDENTITY or runs[c].isna().all():
+            continue
+        vals = runs[c].astype(str)
+        if c == "lr" or vals.groupby(runs["model"]).nunique().max() > 1:
+            out.append(c)
+    return out
+
+
+def runs_table(runs: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
+    """The report's runs table: the model, one column per swept setting, then what each run reached;
+    columns that hold nothing (every value missing, e.g. L on a linear task) dropped."""
+    keys = ["model"] + swept_columns(runs)
+    t = runs[["run_id"] + keys].merge(summary, on="run_id")
+    t = t[keys + [c for c in RUN_RESULTS if c in t]]
+    t = t.sort_values([c for c in keys if c != "lr"], kind="stable")
+    t = t.loc[:, t.notna().any()]
+    # nullable columns print <NA> whatever na_rep says: as float64 they print "—" and format as numbers
+    return t.apply(lambda c: c.astype("float64") if isinstance(c.dtype, (pd.Int64Dtype, pd.Float64Dtype)) else c)
 
 
 def verdict_counts(verdicts: pd.DataFrame) -> tuple[list[tuple[str, int]], int]:
@@ -325,7 +376,13 @@ def index_entry(name: str, description: str, results_dir: str) -> dict:
     with open(os.path.join(results_dir, "thumbnail.png"), "rb") as fh:
         thumb = base64.b64encode(fh.read()).decode()
     counts, per_run = verdict_counts(verdicts)
+    head = os.path.join(results_dir, "headline.json")
+    learning = ""
+    if os.path.exists(head):               # written by the report beside the thumbnail
+        with open(head) as fh:
+            learning = json.load(fh).get("learning", "")
     return {"name": name, "description": description, "runs": len(summary), "counts": counts, "per_run": per_run,
+            "learning": learning,
             "train_seconds": float(summary["train_seconds"].sum()),
             "devices": ", ".join(sorted(set(summary["device"].astype(str)))), "thumbnail": thumb}
 

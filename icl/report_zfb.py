@@ -72,11 +72,12 @@ def error_vs_length_figure(shift: pd.DataFrame, title: str = "") -> Figure:
                     ax.plot(g.index, g.values, ls, color=pal[N], label=f"{lab}, N={N}")
         others = d[~d["predictor"].isin(["ols", "ridge"])]["mse"]
         floor = others[others > 0].min() / 3 if (others > 0).any() else 1e-12
+        named = with_N(d)           # a baseline on the test prompts of the largest N's runs, as the other models
         for pred, color in (("ols", "k"), ("nadaraya_watson", QUALITATIVE[1])):
-            g = d[d["predictor"] == pred].groupby("M")["mse"].median()
+            g = named[(named["predictor"] == pred) & (named["N"] == (Ns[-1] if Ns else None))].groupby("M")["mse"].median()
             if len(g):
                 ax.plot(g.index, g.values.clip(floor), ":", color=color,
-                        label=pred + (" (exact for M ≥ d: drawn at the axis floor)" if pred == "ols" else ""))
+                        label=f"{pred}, N={Ns[-1]}" + (" (exact for M ≥ d: drawn at the axis floor)" if pred == "ols" else ""))
         for pred, color in zip(others_names, QUALITATIVE[3:] + QUALITATIVE[:3]):
             g = d[(d["predictor"] == pred) & (d["N"] == (Ns[-1] if Ns else None))].groupby("M")["mse"].median()
             if len(g):
@@ -131,15 +132,37 @@ def escape_figure(summary: pd.DataFrame, runs: pd.DataFrame) -> Figure | None:
     return png(fig)
 
 
-def predictor_table(shift: pd.DataFrame) -> str:
-    """Median MSE of every model and baseline by test length M, without shift (HTML)."""
+def with_N(shift: pd.DataFrame) -> pd.DataFrame:
+    """shift rows with every baseline's rows named by the training N of the runs tested on the same
+    prompts (eval_id): a baseline sees only the test prompt, so its rows carry no N of their own;
+    prompts shared by runs of several N are listed under each."""
+    trained = shift[shift["run_id"].notna()]
+    of_eval = trained[["eval_id", "N"]].dropna().drop_duplicates()
+    base = shift[shift["run_id"].isna()].drop(columns="N").merge(of_eval, on="eval_id")
+    return pd.concat([trained, base[shift.columns]], ignore_index=True)
+
+
+def predictor_table(shift: pd.DataFrame, tabs: dict | None = None) -> str:
+    """Median MSE of every model and baseline by test length M, without shift (HTML): one block of
+    rows per training N (and per training law where there are several, `tabs` given), each sorted by
+    the best error reached, so no row pools runs of different N."""
     d = shift[shift["shift"] == "none"]
     if d.empty:
         return ""
-    t = d.groupby(["predictor", "M"])["mse"].median().unstack("M")
-    t = t.loc[t.min(axis=1).sort_values().index]
-    t.columns = [f"M={m}" for m in t.columns]
-    return t.reset_index().to_html(index=False, float_format=lambda v: f"{v:.3g}", na_rep="—", classes="tbl")
+    d = with_N(d)
+    laws = training_laws(tabs, d) if tabs is not None else [("", d)]
+    parts = []
+    for law, rows in laws:
+        t = rows.groupby(["N", "predictor", "M"])["mse"].median().unstack("M")
+        t.columns = [f"M={m}" for m in t.columns]
+        t = t.reset_index()
+        t["N"] = t["N"].astype(int)
+        t = t.assign(_best=t.filter(like="M=").min(axis=1)).sort_values(["N", "_best"]).drop(columns="_best")
+        if len(laws) > 1:
+            t.insert(0, "trained on", law.removeprefix("trained on "))
+        parts.append(t)
+    t = pd.concat(parts, ignore_index=True)
+    return t.to_html(index=False, float_format=lambda v: f"{v:.3g}", na_rep="—", classes="tbl predictors")
 
 
 def matrix_figure(tabs) -> Figure | None:

@@ -121,9 +121,19 @@ PAGE_STATE = """async () => {
   await Promise.all([...document.images].map(i => i.decode().catch(() => null)));
   const verdictTables = [...document.querySelectorAll('table.verdict')].map(t => ({
     visible: t.checkVisibility(),
-    rows: [...t.rows].filter(r => r.querySelector('td')).map(r => r.cells[r.cells.length - 1].innerText.trim()),
+    rows: [...t.rows].filter(r => r.querySelector('td')).map(r => r.cells[r.cells.length - 1].textContent.trim()),
   }));
+  const grids = [...document.querySelectorAll('table.verdict-grid')].map(t => ({
+    visible: t.checkVisibility(),
+    marks: [...t.querySelectorAll('.mark')].map(m => ({verdict: m.dataset.verdict, visible: m.checkVisibility(),
+                                                       title: m.title})),
+  }));
+  const top = el => el ? Math.round(el.getBoundingClientRect().top + window.scrollY) : null;
+  const headline = document.querySelector('.headline');
+  const firstTable = [...document.querySelectorAll('table')].find(t => !t.closest('.headline'));
   return {
+    grids, headlineTop: top(headline), firstTableTop: top(firstTable),
+    firstFigureTop: top(document.querySelector('figure img')), height: document.body.scrollHeight,
     images: [...document.images].map(i => ({alt: i.alt, src: i.currentSrc.slice(0, 60),
                                             complete: i.complete, w: i.naturalWidth, h: i.naturalHeight})),
     verdictTables,
@@ -159,11 +169,18 @@ def outside_requests(state) -> list:
 
 
 def verdict_problems(state) -> list:
-    """Empty when the page shows at least one verdict table and every row ends in a verdict."""
-    tables = state["verdictTables"]
+    """Empty when the page shows its verdict grid (claims × settings, every mark a verdict with its
+    reason on hover) and keeps the full verdict tables (behind a toggle), every row ending in a verdict."""
+    grids, tables = state["grids"], state["verdictTables"]
+    problems = [] if grids else ["no verdict grid"]
+    problems += [f"grid {k} hidden" for k, g in enumerate(grids) if not g["visible"]]
+    problems += [f"grid {k} has no mark" for k, g in enumerate(grids) if not g["marks"]]
+    problems += [f"grid {k}: {m['verdict']!r} is no verdict" for k, g in enumerate(grids) for m in g["marks"]
+                 if m["verdict"] not in VERDICTS]
+    problems += [f"grid {k}: a mark without its reason" for k, g in enumerate(grids)
+                 if any(": " not in m["title"] for m in g["marks"])]
     if not tables:
-        return ["no table.verdict"]
-    problems = [f"table {k} hidden" for k, t in enumerate(tables) if not t["visible"]]
+        return problems + ["no table.verdict"]
     problems += [f"table {k} has no rows" for k, t in enumerate(tables) if not t["rows"]]
     problems += [f"table {k}: {v!r} is no verdict" for k, t in enumerate(tables)
                  for v in t["rows"] if not v.startswith(VERDICTS)]
@@ -265,11 +282,28 @@ def test_check_catches_a_missing_or_wrong_verdict(browser, broken_copy, tmp_path
     assert any("'probably fine' is no verdict" in m for m in problems["z.html"]), problems
 
 
-def test_check_catches_a_hidden_verdict_table(browser, broken_copy, tmp_path):
+def test_check_catches_a_hidden_verdict_grid(browser, broken_copy, tmp_path):
     dst, edit = broken_copy
-    edit("z.html", "</head>", "<style>table.verdict{display:none}</style></head>")
+    edit("z.html", "</head>", "<style>table.verdict-grid{display:none}</style></head>")
+    edit("tiny.html", 'data-verdict="', 'data-verdict="probably ')
     problems = check_all(browser, dst, tmp_path / "shots")
-    assert "table 0 hidden" in problems["z.html"], problems
+    assert "grid 0 hidden" in problems["z.html"], problems
+    assert any("is no verdict" in m and "probably" in m for m in problems["tiny.html"]), problems
+
+
+def test_headline_first_and_first_figure_within_two_screens(browser, finished):
+    """At a width of 1400 px each report opens with its headline box, before any table outside it,
+    and its first figure starts within two screens (1800 px), the verdict detail folded below the grid."""
+    page = browser.new_page()
+    page.set_viewport_size({"width": 1400, "height": 900})
+    try:
+        for name in ("tiny", "z"):
+            page.goto((finished / "reports" / f"{name}.html").resolve().as_uri(), wait_until="load")
+            st = page.evaluate(PAGE_STATE)
+            assert st["headlineTop"] is not None and st["headlineTop"] < st["firstTableTop"], (name, st["headlineTop"])
+            assert st["firstFigureTop"] is not None and st["firstFigureTop"] <= 1800, (name, st["firstFigureTop"])
+    finally:
+        page.close()
 
 
 def test_check_catches_an_index_without_a_link(browser, broken_copy, tmp_path):

@@ -353,3 +353,53 @@ def test_an_L_has_one_colour_in_every_figure(finished):
     per_L = lines.groupby("L")["colour"].unique()
     assert per_L.map(len).eq(1).all(), per_L
     assert per_L.loc[0.2][0] != per_L.loc[1.5][0]
+
+
+def test_report_opens_with_its_headline(finished):
+    """Issue 30.1: before any other table the page says per model what it reached, with the numbers
+    of summary.parquet (its final train loss against uniform attention's), the verdict counts per
+    claim (adding up to the badges the index shows), and then the claims × settings grid with one
+    mark per per-setting verdict; the full verdict table is kept behind a toggle."""
+    html = (finished / "reports" / "tiny.html").read_text()
+    box = re.search(r'<div class="headline".*?</div>', html, re.S)
+    assert box and box.start() < html.index('class="tbl verdict-grid"') < html.index('class="tbl verdict"')
+    assert html.index('class="tbl verdict"') > html.index('<details class="all-verdicts">')
+    assert "<table" not in html[:box.start()]
+    runs = pd.read_parquet(finished / "results/tiny/runs.parquet")
+    summ = runs.merge(pd.read_parquet(finished / "results/tiny/summary.parquet"), on="run_id")
+    text = re.sub(r"<[^>]+>", "", box.group(0))
+    for model, g in summ.groupby("model"):
+        ratio = (g["final_train_loss"] / g["uniform_train_loss"]).median()
+        learned = int((g["final_train_loss"] <= 0.5 * g["uniform_train_loss"]).sum())
+        status = "learned" if learned == len(g) else "not learned" if not learned else f"learned in {learned} of {len(g)} runs"
+        line = next(x for x in text.splitlines() if x.strip().startswith(model + " ("))
+        assert f"final train loss {ratio:.3g}×" in line and line.rstrip().endswith(status), (line, ratio, status)
+    v = pd.read_parquet(finished / "results/tiny/verdicts.parquet")
+    setting = v[v["scope"] == "setting"]
+    claim_rows = re.findall(r'<tr[^>]*data-claim="([^"]+)">(.*?)</tr>', box.group(0), re.S)
+    assert {c for c, _ in claim_rows} == set(setting["claim_id"])
+    for cid, row in claim_rows:
+        cells = [int(x) if x else 0 for x in re.findall(r"<td[^>]*>(\d*)</td>", row)[:4]]
+        expect = setting[setting["claim_id"] == cid]["verdict"].value_counts()
+        assert cells == [int(expect.get(k, 0)) for k in ("holds", "does not hold", "inconclusive", "not testable")], cid
+    grid = html[html.index('class="tbl verdict-grid"'):html.index('<details class="all-verdicts">')]
+    marks = re.findall(r'<span class="mark [^"]*" data-verdict="([^"]+)" title="([^"]*)"', grid)
+    assert len(marks) == len(setting) and sorted(m for m, _ in marks) == sorted(setting["verdict"])
+    index = (finished / "reports" / "index.html").read_text()
+    learning = [line.split("(")[0].strip() for line in text.splitlines() if line.rstrip().endswith("not learned")]
+    for model in learning:                                    # a model that did not learn: said on the index too
+        assert f"{model}: not learned" in index
+
+
+def test_runs_table_has_a_column_per_swept_setting(finished):
+    """Issue 30.2: the runs table has the model and every swept setting (L and seed here) as a
+    column, and no column that is empty in every row."""
+    html = (finished / "reports" / "tiny.html").read_text()
+    table = html[html.index('class="dataframe tbl runs"'):]
+    table = table[:table.index("</table>")]
+    head = re.findall(r"<th>(.*?)</th>", table)
+    assert head[:4] == ["model", "lr", "seed", "L"] or {"model", "seed", "L"} <= set(head), head
+    rows = [re.findall(r"<td>(.*?)</td>", r) for r in re.findall(r"<tr>\s*(<td>.*?)</tr>", table, re.S)]
+    assert len(rows) == 8
+    for k, col in enumerate(head):
+        assert any(r[k] != "—" for r in rows), col

@@ -69,6 +69,15 @@ def benchmark_files(exp):
     return out
 
 
+def paper_config(exp):
+    """config/paper.yaml beside the Snakefile where it has an experiment of this name (the report's
+    headline quotes its sizes), else nothing: a change to it reruns only the reports that read it."""
+    path = Path(workflow.basedir) / "config" / "paper.yaml"
+    if not path.exists() or exp not in ((yaml.safe_load(path.read_text()) or {}).get("experiments") or {}):
+        return []
+    return str(path)
+
+
 def shift_files(exp):
     """The shards' evaluations under shift, for experiments that have an evaluate section."""
     if not CFG["experiments"][exp].get("evaluate"):

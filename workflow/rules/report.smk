@@ -19,10 +19,12 @@ rule report:
                     subcategory="tables", labels={"table": "runs"}),
         shards="results/{exp}/shards.json",
         benchmarks=lambda w: benchmark_files(w.exp),
+        paper=lambda w: paper_config(w.exp),            # the paper's sizes the headline quotes, where it has them
     output:
         html=report("reports/{exp}.html", caption="../report/experiment.rst", category="{exp}",
                     subcategory="report", labels={"file": "{exp}.html"}),
         thumbnail="results/{exp}/thumbnail.png",        # the key figure, for the index
+        headline="results/{exp}/headline.json",         # what the headline says of each model, for the index
     threads: 2                                          # its figures are drawn two at a time
     params:
         code=code_trigger(),
@@ -34,14 +36,15 @@ rule report:
         "../envs/icl.yaml"
     shell:
         "OMP_NUM_THREADS={threads} python -m icl report --plan {input.plan} --results results/{wildcards.exp} "
-        "--out {output.html} --processes {threads} --benchmarks {input.benchmarks} 2> {log}"
+        "--out {output.html} --processes {threads} --benchmarks {input.benchmarks} --paper {input.paper} 2> {log}"
 
 
 # The landing page: per experiment its verdict counts, key figure, runs, training time and device.
 rule index:
     input:
         expand("reports/{exp}.html", exp=EXPERIMENTS),
-        expand("results/{exp}/{f}", exp=EXPERIMENTS, f=["verdicts.parquet", "thumbnail.png", "summary.parquet"]),
+        expand("results/{exp}/{f}", exp=EXPERIMENTS, f=["verdicts.parquet", "thumbnail.png", "summary.parquet",
+                                                     "headline.json"]),
     output:
         "reports/index.html",
     params:

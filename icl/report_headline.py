@@ -1,0 +1,291 @@
+"""What a report opens with (issue 30.1): per model what was trained and what it reached, with
+numbers; the verdict counts per claim (per-setting rows, the figures the index shows); the paper's
+sizes where the experiment scales them down (config/paper.yaml); a sentence per claim whose rows
+read mostly "does not hold"; and the claims × settings grid of every per-setting verdict.
+
+Reads only the experiment's tables and what icl.report.render is given; the learning test is the
+claims' own (icl.claims.learned.below with the references the claims use), so a model the header
+calls "not learned" is one whose claims were gated on it."""
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+
+from icl import claims
+from icl.claims.learned import LEARNED, below
+
+SYMBOL = {claims.HOLDS: "✓", claims.FAILS: "✗", claims.UNSURE: "?", claims.NOT_TESTABLE: "–"}
+# a group's leading "key=value, key=value" is its setting; what follows a ";" is the claim's aspect
+SETTING = re.compile(r"^\s*[A-Za-z_][\w.]*=[^;]*")
+
+
+def _fmt(x: float) -> str:
+    return "—" if x is None or not np.isfinite(x) else f"{x:.3g}"
+
+
+def _spread(r: pd.Series) -> str:
+    """The median of ratios, with their range where there are several and they differ."""
+    r = r.dropna()
+    if r.empty:
+        return "—"
+    med = float(r.median())
+    lo, hi = float(r.min()), float(r.max())
+    if len(r) < 2 or np.isclose(lo, hi, rtol=5e-3):
+        return f"{_fmt(med)}×"
+    return f"{_fmt(med)}× (median; {_fmt(lo)}–{_fmt(hi)})"
+
+
+def _architecture(r: pd.Series) -> str:
+    parts = []
+    for col, what in (("layers", "layer"), ("heads", "head"), ("width", "width")):
+        v = r.get(col)
+        if v is not None and pd.notna(v) and not (col == "heads" and int(v) == 1 and pd.isna(r.get("layers"))):
+            parts.append(f"width {int(v)}" if col == "width" else f"{int(v)} {what}{'s' if int(v) != 1 else ''}")
+    return ", ".join(parts)
+
+
+def _status(learned: int, n: int) -> str:
+    if n == 0:
+        return "nothing to judge"
+    if learned == n:
+        return "learned"
+    if learned == 0:
+        return "not learned"
+    return f"learned in {learned} of {n} runs"
+
+
+def model_outcomes(tabs: dict, ldl: bool) -> list[dict]:
+    """Per model (in the runs table's order): what was trained (`trained`), what it reached with
+    numbers (`reached`), and `status` — "learned", "not learned" or "learned in k of n runs" by the
+    claims' own learning gate (LEARNED of the gap to uniform attention closed): the final train loss
+    against uniform attention's for LDL experiments, the error at M = N against uniform attention's
+    (shift.parquet) where the experiment evaluates under shift. Diverged runs are counted apart."""
+    runs, summ = tabs["runs"], tabs["summary"]
+    shift = tabs.get("shift")
+    df = runs.merge(summ, on="run_id")
+    out = []
+    for name in runs["model"].drop_duplicates():
+        g = df[df["model"] == name]
+        first = g.iloc[0]
+        div = g["diverged"].fillna(False).astype(bool)
+        ok = g[~div]
+        epochs = int(g["epochs"].max())
+        arch = _architecture(first)
+        trained = (f"{first['model_kind']}{' (' + arch + ')' if arch else ''}, {first['optimizer']}, {epochs} epochs, "
+                   f"{len(g)} run{'s' if len(g) != 1 else ''}")
+        reached, learned, judged = [], 0, len(ok)
+        at_N = _at_length_N(tabs, ok) if shift is not None and len(shift) and not ldl else None
+        if at_N is not None and len(at_N):
+            ratio = at_N["mse_at_N"] / at_N["uniform_at_N"]
+            Ns = sorted(ok["N"].dropna().astype(int).unique())
+            reached.append(f"error at M = N ({'N = ' + ', '.join(map(str, Ns))}) {_spread(ratio)} uniform attention's "
+                           f"after {epochs} epochs")
+            ok_test = below("mse_at_N", "uniform_at_N", "", best="best_at_N").test(at_N).fillna(True).astype(bool)
+            learned, judged = int(ok_test.sum()), len(at_N)
+        else:
+            loss, ref = ("final_train_loss", "uniform_train_loss") if ldl or "uniform_test_loss" not in ok \
+                else ("final_test_loss", "uniform_test_loss")
+            what = "final train loss" if loss == "final_train_loss" else "final test loss"
+            if ref in ok and ok[ref].notna().any():
+                ratio = ok[loss].astype(float) / ok[ref].astype(float)
+                reached.append(f"{what} {_spread(ratio)} uniform attention's after {epochs} epochs")
+                ok_test = below(loss, ref, "").test(ok).fillna(True).astype(bool)
+                learned = int(ok_test.sum())
+                if ldl:
+                    conv = (ok[loss].astype(float) <= 1e-2 * ok[ref].astype(float)).sum()
+                    reached.append(f"{int(conv)} of {len(ok)} runs converged (train loss ≤ 10⁻² × uniform attention's)")
+            else:
+                ratio = ok["final_train_loss"].astype(float) / ok["loss0"].astype(float)
+                reached.append(f"{what} {_spread(ratio)} its initial loss after {epochs} epochs")
+                learned = judged
+        if "t_escape" in ok and not ldl and ok["t_escape"].notna().any() | (at_N is not None):
+            esc = ok["t_escape"].notna()
+            reached.append(f"{int(esc.sum())} of {len(ok)} runs left the plateau of predicting 0 (t_escape"
+                           + (f", median epoch {int(ok.loc[esc, 't_escape'].median())})" if esc.any() else ")"))
+        if div.any():
+            reached.append(f"{int(div.sum())} of {len(g)} runs diverged")
+        out.append({"model": str(name), "trained": trained, "reached": "; ".join(reached),
+                    "status": _status(learned, judged) if judged else "all runs diverged",
+                    "learned": learned, "judged": judged})
+    return out
+
+
+def _at_length_N(tabs, ok: pd.DataFrame) -> pd.DataFrame | None:
+    """The claims' own per-run error and uniform attention's at M = N (icl.claims.zfb.at_length_N)."""
+    from icl.claims.zfb import at_length_N
+    sh = tabs["shift"]
+    trained = sh[sh["run_id"].isin(ok["run_id"])]
+    if trained.empty:
+        return None
+    return at_length_N(trained, sh)
+
+
+def learning_sentence(outcomes: list[dict]) -> str:
+    """One line for the index: which models did not learn (empty where every model learned)."""
+    bad = [o for o in outcomes if o["status"] != "learned"]
+    return "; ".join(f"{o['model']}: {o['status']}" for o in bad)
+
+
+def claim_counts(verdicts: pd.DataFrame, robustness: dict | None = None) -> list[dict]:
+    """Per claim (and model where several judge it), its per-setting rows counted by verdict, with
+    the fragile count from `robustness` (icl.report.claim_robustness)."""
+    rows = verdicts[verdicts["scope"] != "run"] if "scope" in verdicts else verdicts
+    out = []
+    for cid, g in rows.groupby("claim_id", sort=False):
+        vc = g["verdict"].value_counts()
+        rb = (robustness or {}).get(cid, {})
+        out.append({"claim_id": cid, "claim": claims.CLAIMS.get(cid, ""), "n": len(g),
+                    "counts": [(v, int(vc.get(v, 0))) for v in claims.VERDICTS],
+                    "fragile": rb.get("text", ""), "header": rb.get("header", "")})
+    return out
+
+
+def _pattern(reason: str) -> str:
+    return re.sub(r"[-+]?\d[\d.,eE+\-×⁻⁰¹²³⁴⁵⁶⁷⁸⁹]*", "#", reason or "").strip()
+
+
+def _first_sentence(text: str, limit: int = 260) -> str:
+    text = (text or "").strip()
+    cut = re.split(r"(?<=[.!?])\s+(?=[A-Z])", text, maxsplit=1)[0]
+    return cut if len(cut) <= limit else cut[:limit].rsplit(" ", 1)[0] + " …"
+
+
+def failing_claims(verdicts: pd.DataFrame) -> list[str]:
+    """One sentence per claim whose per-setting rows read mostly "does not hold": how many, and the
+    most common reason (reasons compared with their numbers masked), in the reason's own words."""
+    rows = verdicts[verdicts["scope"] != "run"] if "scope" in verdicts else verdicts
+    out = []
+    for cid, g in rows.groupby("claim_id", sort=False):
+        fails = g[g["verdict"] == claims.FAILS]
+        if len(fails) * 2 <= len(g):
+            continue
+        reasons = fails["reason"].fillna("").astype(str)
+        reasons = reasons[reasons.str.strip() != ""]
+        why = ""
+        if len(reasons):
+            common, _ = Counter(reasons.map(_pattern)).most_common(1)[0]
+            why = _first_sentence(reasons[reasons.map(_pattern) == common].iloc[0])
+        claim = claims.CLAIMS.get(cid, "")
+        out.append(f"{cid} ({_first_sentence(claim, 120)}) does not hold in {len(fails)} of {len(g)} settings"
+                   + (f": {why}" if why else ""))
+    return out
+
+
+def setting_of(group: str) -> tuple[str, str]:
+    """(setting, aspect) of a verdict row's group: "delta=3, N=50; rate" -> ("delta=3, N=50", "rate")."""
+    group = "" if group is None or (isinstance(group, float) and np.isnan(group)) else str(group)
+    m = SETTING.match(group)
+    if not m:
+        return "", group.strip()
+    return m.group(0).strip(), group[m.end():].lstrip(";").strip()
+
+
+def verdict_grid(verdicts: pd.DataFrame) -> dict:
+    """The claims × settings grid: `settings` (column heads, "" = every run), `rows` of
+    (model, claim_id, claim, cells) with one list of verdict marks per setting; each mark one
+    per-setting verdict row (symbol, verdict, its aspect and its reason for the hover text)."""
+    rows = verdicts[verdicts["scope"] != "run"] if "scope" in verdicts else verdicts
+    if rows.empty:
+        return {"settings": [], "rows": [], "several": False}
+    parts = rows["group"].map(setting_of)
+    rows = rows.assign(_setting=parts.map(lambda p: p[0]), _aspect=parts.map(lambda p: p[1]))
+    settings = list(dict.fromkeys(sorted(rows["_setting"].unique(), key=_setting_key)))
+    out = []
+    for (model, cid), g in rows.groupby(["model", "claim_id"], sort=False):
+        cells = []
+        for s in settings:
+            marks = []
+            for _, v in g[g["_setting"] == s].iterrows():
+                why = v["reason"] if isinstance(v["reason"], str) and v["reason"] else v.get("measurement", "")
+                title = f"{cid}{' — ' + s if s else ''}{' — ' + v['_aspect'] if v['_aspect'] else ''}: {v['verdict']}"
+                if why:
+                    title += f". {why}"
+                marks.append({"symbol": SYMBOL.get(v["verdict"], "·"), "verdict": v["verdict"],
+                              "aspect": v["_aspect"], "title": title,
+                              "fragile": bool(isinstance(v.get("fragile"), str) and v.get("fragile"))})
+            cells.append(marks)
+        out.append({"model": str(model), "claim_id": cid, "claim": claims.CLAIMS.get(cid, ""), "cells": cells})
+    return {"settings": settings, "rows": out, "several": len({r["model"] for r in out}) > 1}
+
+
+def _setting_key(s: str):
+    """Settings in a natural order: "" first, then by their values read as numbers where they are."""
+    if not s:
+        return (0, ())
+    vals = []
+    for part in s.split(","):
+        k, _, v = part.partition("=")
+        try:
+            vals.append((k.strip(), 0, float(v), ""))
+        except ValueError:
+            vals.append((k.strip(), 1, 0.0, v.strip()))
+    return (1, tuple(vals))
+
+
+# ----------------------------------------------------------------------------- the paper's sizes
+
+SIZES = (("tokens.d", "d"), ("tokens.K", "K"), ("tokens.delta", "Δ"), ("prompts.N", "N"),
+         ("prompts.train", "training prompts"), ("train.epochs", "epochs"))
+MODEL_SIZES = ("layers", "heads", "width")
+
+
+def _get(d, path):
+    for p in path.split("."):
+        d = d.get(p) if isinstance(d, dict) else None
+    return d
+
+
+def values(exp: dict, path: str) -> list:
+    """Every value the experiment gives a dotted path: its own, or its sweep's (the key swept
+    directly, inside zip, or inside a swept whole section such as `tokens: [..]`)."""
+    base = _get(exp, path)
+    sweep = exp.get("sweep") or {}
+    zipped = sweep.get("zip") or {}
+    sec, _, leaf = path.partition(".")
+    if path in sweep:
+        vals = sweep[path]
+    elif path in zipped:
+        vals = zipped[path]
+    elif isinstance(sweep.get(sec), list) and all(isinstance(s, dict) for s in sweep[sec]):
+        vals = [s.get(leaf, base) for s in sweep[sec]]
+    else:
+        vals = [base]
+    return sorted({v for v in vals if v is not None}, key=lambda v: (str(type(v)), v))
+
+
+def _show(vals: list) -> str:
+    txt = [f"{v:g}" if isinstance(v, float) else str(v) for v in vals]
+    return txt[0] if len(txt) == 1 else "{" + ", ".join(txt) + "}"
+
+
+def paper_sizes(exp: dict, paper: dict | None) -> str:
+    """What config/paper.yaml's experiment of the same name sets larger or otherwise than this one
+    ("paper size: d = 20 (here 5), N ∈ {40, 70, 100} (here {10, 20, 40}), gpt: 12 layers (here 3) …"),
+    "" where there is no such experiment or the sizes agree."""
+    if not paper:
+        return ""
+    diff = []
+    for path, label in SIZES:
+        here, there = values(exp, path), values(paper, path)
+        if there and here != there:
+            rel = "∈" if len(there) > 1 else "="
+            diff.append(f"{label} {rel} {_show(there)} (here {_show(here) if here else '—'})"
+                        if label not in ("epochs", "training prompts") else
+                        f"{_show(there)} {label} (here {_show(here) if here else '—'})")
+    seeds_here, seeds_there = len(values(exp, "seed") or [0]), len(values(paper, "seed") or [0])
+    mine = {m["name"]: m for m in exp.get("models") or []}
+    for m in paper.get("models") or []:
+        h = mine.get(m["name"])
+        if h is None:
+            diff.append(f"model {m['name']} (not trained here)")
+            continue
+        parts = [(f"width {m[k]}" if k == "width" else f"{m[k]} {k}") + f" (here {h.get(k, '—')})"
+                 for k in MODEL_SIZES if k in m and m[k] != h.get(k)]
+        if parts:
+            diff.append(f"{m['name']}: " + ", ".join(parts))
+    if seeds_there != seeds_here:
+        diff.append(f"{seeds_there} seeds (here {seeds_here})")
+    return ("paper size: " + "; ".join(diff) + " (config/paper.yaml)") if diff else ""

@@ -1,0 +1,157 @@
+"""The box a report opens with (issue 30.1) and its tables (30.2), on small hand-made tables: each
+check is one a wrong headline, grid or runs table would fail."""
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from icl import claims
+from icl import report, report_headline as hl, report_zfb
+
+
+def _verdicts(rows):
+    base = {"experiment": "x", "model": "m", "claim": "", "prediction": "", "measurement": "meas", "value": np.nan,
+            "ci_lo": np.nan, "ci_hi": np.nan, "domain": "", "fragile": "", "scope": "setting"}
+    return pd.DataFrame([{**base, **r} for r in rows])
+
+
+def test_grid_has_one_mark_per_setting_verdict_in_its_setting_column():
+    v = _verdicts([
+        {"claim_id": "ldl.phases", "group": "delta=1.5, N=50; flat", "verdict": claims.HOLDS, "reason": ""},
+        {"claim_id": "ldl.phases", "group": "delta=1.5, N=50; sharp", "verdict": claims.FAILS, "reason": "two, not three"},
+        {"claim_id": "ldl.phases", "group": "delta=3, N=50", "verdict": claims.UNSURE, "reason": "wide"},
+        {"claim_id": "ldl.step_size", "group": "", "verdict": claims.NOT_TESTABLE, "reason": "GD only"},
+        {"claim_id": "ldl.mean_field", "group": "run abc", "verdict": claims.HOLDS, "reason": "", "scope": "run"},
+    ])
+    g = hl.verdict_grid(v)
+    assert g["settings"] == ["", "delta=1.5, N=50", "delta=3, N=50"]
+    marks = [(r["claim_id"], g["settings"][i], m["verdict"], m["aspect"])
+             for r in g["rows"] for i, cell in enumerate(r["cells"]) for m in cell]
+    assert sorted(marks) == sorted([("ldl.phases", "delta=1.5, N=50", claims.HOLDS, "flat"),
+                                    ("ldl.phases", "delta=1.5, N=50", claims.FAILS, "sharp"),
+                                    ("ldl.phases", "delta=3, N=50", claims.UNSURE, ""),
+                                    ("ldl.step_size", "", claims.NOT_TESTABLE, "")])
+    fails = [m for r in g["rows"] for c in r["cells"] for m in c if m["verdict"] == claims.FAILS]
+    assert fails[0]["symbol"] == "✗" and "two, not three" in fails[0]["title"]     # the reason, on hover
+    assert hl.setting_of("N=10; slope; formula") == ("N=10", "slope; formula")
+    assert hl.setting_of("at the optimum") == ("", "at the optimum")
+
+
+def test_a_claim_that_mostly_fails_gets_one_sentence_with_its_commonest_reason():
+    v = _verdicts([
+        {"claim_id": "ldl.phases", "group": f"N={n}", "verdict": claims.FAILS,
+         "reason": f"the sharp runs show 2 phases, not 3 (median of {n} runs)"} for n in (10, 20)] + [
+        {"claim_id": "ldl.phases", "group": "N=40", "verdict": claims.FAILS, "reason": "diverged early"},
+        {"claim_id": "ldl.phases", "group": "N=80", "verdict": claims.HOLDS, "reason": ""},
+        {"claim_id": "ldl.step_size", "group": "N=10", "verdict": claims.FAILS, "reason": "no"},
+        {"claim_id": "ldl.step_size", "group": "N=20", "verdict": claims.HOLDS, "reason": ""},
+    ])
+    out = hl.failing_claims(v)
+    assert len(out) == 1                                         # step_size: half, not most
+    assert out[0].startswith("ldl.phases") and "3 of 4 settings" in out[0]
+    assert "the sharp runs show 2 phases, not 3" in out[0] and "diverged" not in out[0]
+
+
+def test_claim_counts_are_per_setting_rows_and_add_up_to_the_page_badges():
+    v = _verdicts([{"claim_id": "ldl.phases", "group": "N=1", "verdict": claims.HOLDS, "reason": ""},
+                   {"claim_id": "ldl.phases", "group": "N=2", "verdict": claims.UNSURE, "reason": ""},
+                   {"claim_id": "ldl.mean_field", "group": "r1", "verdict": claims.FAILS, "reason": "", "scope": "run"},
+                   {"claim_id": "ldl.mean_field", "group": "", "verdict": claims.HOLDS, "reason": ""}])
+    per_claim = hl.claim_counts(v)
+    total = {k: sum(dict(c["counts"])[k] for c in per_claim) for k in claims.VERDICTS}
+    assert total == dict(report.verdict_counts(v)[0])            # the index's and the page's figures
+    assert dict(next(c for c in per_claim if c["claim_id"] == "ldl.mean_field")["counts"])[claims.FAILS] == 0
+
+
+def test_paper_sizes_say_what_the_seed_sets_larger():
+    here = {"tokens": {"kind": "gaussian", "d": 5}, "prompts": {"N": 20, "train": 64},
+            "models": [{"name": "gpt", "layers": 3, "heads": 2, "width": 32}], "train": {"epochs": 500},
+            "sweep": {"tokens": [{"kind": "gaussian", "d": 5}, {"kind": "random_covariance", "d": 5}], "seed": [0, 1]}}
+    paper = {"tokens": {"kind": "gaussian", "d": 20}, "prompts": {"N": 40, "train": 64},
+             "models": [{"name": "gpt", "layers": 12, "heads": 8, "width": 256}], "train": {"epochs": 50000},
+             "sweep": {"tokens": [{"kind": "gaussian", "d": 20}, {"kind": "random_covariance", "d": 20}],
+                       "zip": {"prompts.N": [40, 70, 100]}, "seed": [0, 1, 2]}}
+    s = hl.paper_sizes(here, paper)
+    for part in ("d = 20 (here 5)", "N ∈ {40, 70, 100} (here 20)", "50000 epochs (here 500)",
+                 "gpt: 12 layers (here 3), 8 heads (here 2), width 256 (here 32)", "3 seeds (here 2)",
+                 "(config/paper.yaml)"):
+        assert part in s, (part, s)
+    assert "training prompts" not in s                             # 64 in both
+    assert hl.paper_sizes(here, here) == "" and hl.paper_sizes(here, None) == ""
+
+
+def _tables(ratio_gpt: float, ratio_lsa: float):
+    runs = pd.DataFrame({"run_id": list("abcd"), "model": ["gpt", "gpt", "lsa", "lsa"],
+                         "model_kind": ["gpt", "gpt", "lsa", "lsa"], "optimizer": "adam", "lr": [2e-3, 2e-3, 1e-2, 1e-2],
+                         "layers": [3, 3, np.nan, np.nan], "heads": [2, 2, 1, 1], "width": [32, 32, np.nan, np.nan],
+                         "seed": [0, 1, 0, 1], "token_kind": "gaussian", "N": 20, "L": np.nan, "epochs": 500,
+                         "shard": "s", "data_id": ["d0", "d1", "d0", "d1"]})
+    summary = pd.DataFrame({"run_id": list("abcd"), "loss0": 2.5, "final_train_loss": 2.4, "final_test_loss": 2.4,
+                            "uniform_train_loss": 2.5, "uniform_test_loss": 2.5, "attn_own_final": np.nan,
+                            "t_escape": [np.nan, np.nan, 40.0, 60.0], "diverged": False})
+    rows = []
+    for rid, model, kind, ratio in (("a", "gpt", "gpt", ratio_gpt), ("b", "gpt", "gpt", ratio_gpt),
+                                    ("c", "lsa", "lsa", ratio_lsa), ("d", "lsa", "lsa", ratio_lsa)):
+        ev = "e0" if rid in "ac" else "e1"
+        rows.append({"predictor": model, "model_kind": kind, "run_id": rid, "eval_id": ev, "N": 20, "shift": "none",
+                     "c": np.nan, "M": 20, "mse": 4.0 * ratio})
+    for ev in ("e0", "e1"):
+        rows += [{"predictor": p, "model_kind": None, "run_id": None, "eval_id": ev, "N": pd.NA, "shift": "none",
+                  "c": np.nan, "M": 20, "mse": m} for p, m in (("uniform_attention", 4.0), ("ols", 0.1))]
+    shift = pd.DataFrame(rows)
+    shift["N"] = shift["N"].astype("Int64")
+    return {"runs": runs, "summary": summary, "shift": shift}
+
+
+def test_a_model_that_has_not_learned_is_said_with_its_numbers():
+    t = _tables(ratio_gpt=0.95, ratio_lsa=0.3)
+    out = {o["model"]: o for o in hl.model_outcomes(t, ldl=False)}
+    assert out["gpt"]["status"] == "not learned" and out["lsa"]["status"] == "learned"
+    assert "error at M = N (N = 20) 0.95× uniform attention's after 500 epochs" in out["gpt"]["reached"]
+    assert "0 of 2 runs left the plateau" in out["gpt"]["reached"]
+    assert "3 layers, 2 heads, width 32" in out["gpt"]["trained"]
+    assert hl.learning_sentence(list(out.values())) == "gpt: not learned"
+    # an LDL experiment: the final train loss against uniform attention's, and how many converged
+    ldl = hl.model_outcomes({**t, "shift": pd.DataFrame()}, ldl=True)
+    assert "final train loss 0.96× uniform attention's" in ldl[0]["reached"] and ldl[0]["status"] == "not learned"
+    assert "0 of 2 runs converged" in ldl[0]["reached"]
+
+
+def test_index_says_which_models_did_not_learn(tmp_path):
+    t = _tables(ratio_gpt=0.95, ratio_lsa=0.3)
+    d = tmp_path / "results" / "x"
+    d.mkdir(parents=True)
+    _verdicts([{"claim_id": "zfb.beyond_lsa", "group": "", "verdict": claims.NOT_TESTABLE, "reason": "r"}]) \
+        .to_parquet(d / "verdicts.parquet")
+    t["summary"].assign(train_seconds=1.0, device="cpu").to_parquet(d / "summary.parquet")
+    (d / "thumbnail.png").write_bytes(b"")
+    models = hl.model_outcomes(t, ldl=False)
+    (d / "headline.json").write_text(json.dumps({"models": models, "learning": hl.learning_sentence(models)}))
+    out = tmp_path / "index.html"
+    report.render_index({"x": {"description": ""}}, str(tmp_path / "results"), str(out))
+    assert "gpt: not learned" in out.read_text()
+
+
+def test_runs_table_has_a_column_per_swept_setting_and_no_empty_column():
+    t = _tables(0.9, 0.3)
+    runs = pd.concat([t["runs"], t["runs"].assign(run_id=lambda r: r["run_id"] + "2", token_kind="random_covariance",
+                                                  N=40)])
+    summ = pd.concat([t["summary"], t["summary"].assign(run_id=lambda r: r["run_id"] + "2")])
+    tab = report.runs_table(runs, summ)
+    for col in ("model", "seed", "token_kind", "N"):
+        assert col in tab.columns, col
+    assert "L" not in tab.columns and "attn_own_final" not in tab.columns        # all missing: dropped
+    assert tab.notna().any().all()
+    assert len(tab) == 8
+
+
+def test_predictor_table_names_its_N():
+    t = _tables(0.9, 0.3)
+    html = report_zfb.predictor_table(t["shift"])
+    head = re.findall(r"<th>(.*?)</th>", html)
+    rows = [re.findall(r"<td>(.*?)</td>", r) for r in re.findall(r"<tr>\s*(<td>.*?)</tr>", html, re.S)]
+    assert head == ["N", "predictor", "M=20"]
+    assert {r[0] for r in rows} == {"20"} and {r[1] for r in rows} == {"ols", "uniform_attention", "gpt", "lsa"}
+    assert float(next(r for r in rows if r[1] == "ols")[2]) == pytest.approx(0.1)
