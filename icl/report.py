@@ -261,8 +261,9 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
     zfb = None
     if len(tabs["shift"]):
         clean = report_zfb._lsa_rows(tabs)
-        zfb = {"figures": [*(later(report_zfb.error_vs_length_figure, rows, law)
-                             for law, rows in report_zfb.training_laws(tabs, clean)),
+        laws = report_zfb.training_laws(tabs, clean)
+        zfb = {"figures": [later(report_zfb.seed_figure, clean, laws),
+                           *(later(report_zfb.error_vs_length_figure, rows, law) for law, rows in laws),
                            later(report_zfb.matrix_figure, tabs), later(report_zfb.slope_figure, clean)],
                "notes": report_zfb.SOURCE_NOTES,
                "predictors": report_zfb.predictor_table(clean, tabs)}

@@ -172,10 +172,10 @@ def regimes_by_model_table(tabs) -> str:
 
 def phase_note(tabs) -> str:
     """What a count of phases can show here, from the phase counter's table on the theory's own
-    curves (icl.claims.ldl.PHASE_COUNTER, benchmarks/phase_counter.py); '' for runs without an
+    curves (icl.phases.PHASE_COUNTER, benchmarks/phase_counter.py); '' for runs without an
     own-feature logit. Where LDL's own mean-field flow counts fewer than three phases in the sharp
     regime, it says that the third phase is not visible in the theory's own mean-field limit."""
-    from icl.claims.ldl import PHASE_COUNTER
+    from icl.phases import PHASE_COUNTER
     df = tabs["runs"].merge(tabs["summary"], on="run_id")
     if "n_phases" not in df or df["n_phases"].isna().all():
         return ""

@@ -107,8 +107,10 @@ def escape_figure(summary: pd.DataFrame, runs: pd.DataFrame) -> Figure | None:
     """t_escape of one model's runs (summary.parquet: the first epoch its error at the query falls
     below half of predicting 0's), against the training prompts' N, one colour per training law;
     a run that never left its plateau is drawn at the top as ×, counted in the legend."""
+    if "t_escape" not in summary:
+        return None
     s = summary.merge(runs[["run_id", "N", "token_kind"]], on="run_id")
-    if s.empty or "t_escape" not in s:
+    if s.empty:
         return None
     epochs = int(runs["epochs"].max())
     fig, ax = plt.subplots(figsize=(5.2, 3.2))
@@ -227,3 +229,44 @@ def slope_figure(shift: pd.DataFrame) -> Figure | None:
 def _lsa_rows(tabs) -> pd.DataFrame:
     """shift rows of healthy runs, trained LSA rows labelled 'lsa' (icl.claims.zfb.healthy_shift)."""
     return healthy_shift(tabs)
+
+
+def seed_figure(shift: pd.DataFrame, laws: list[tuple[str, pd.DataFrame]]) -> Figure | None:
+    """ZFB §5's figure: a row per training law (fixed, random covariances), a column per training
+    N; in each panel the error against the test length M of every nonlinear model (solid: the
+    first, dash-dot: the next) on each test law but the training one (a colour each: the identity,
+    random covariances at c = 1, 4, 9), the LSA limit on the same prompts dashed, OLS dotted."""
+    nonlinear = models.MODELS.keys() - kinds("linear_attention")
+    if not shift["model_kind"].isin(nonlinear).any():
+        return None
+    Ns = sorted(shift.loc[shift["model_kind"].isin(nonlinear), "N"].dropna().unique())
+    tests = [cell for cell in _cells(shift) if cell[0] != "none"]
+    if not Ns or not tests:
+        return None
+    fig, axes = plt.subplots(len(laws), len(Ns), figsize=(3.6 * len(Ns), 3.0 * len(laws) + 0.9),
+                             squeeze=False, sharey=True)
+    colours = dict(zip(tests, QUALITATIVE))
+    names = sorted(shift.loc[shift["model_kind"].isin(nonlinear), "predictor"].unique())
+    styles = dict(zip(names, ["-", "-.", (0, (5, 1, 1, 1, 1, 1))]))
+    for row, (law, rows) in zip(axes, laws):
+        named = with_N(rows)
+        for ax, N in zip(row, Ns):
+            for cell in tests:
+                d = _cell(named, *cell)
+                d = d[d["N"] == N]
+                for pred, ls in [*((n, styles.get(n, "-")) for n in names), ("lsa_limit", "--"), ("ols", ":")]:
+                    g = d[d["predictor"] == pred].groupby("M")["mse"].median()
+                    g = g[g > 0]
+                    if len(g):
+                        ax.plot(g.index, g.values, ls=ls, color=colours[cell], lw=1.2 if pred in names else 0.9)
+            ax.axvline(N, color="grey", lw=0.6)
+            ax.set_yscale("log")
+            ax.set_title(f"{law or 'trained'}, N={N:g}", fontsize=9)
+            ax.set_xlabel("test length M", fontsize=9)
+        row[0].set_ylabel("MSE", fontsize=9)
+    handles = [plt.Line2D([], [], color=colours[c], label=c[0] + ("" if pd.isna(c[1]) else f", c={c[1]:g}")) for c in tests]
+    handles += [plt.Line2D([], [], color="k", ls=styles.get(n, "-"), label=n) for n in names]
+    handles += [plt.Line2D([], [], color="k", ls="--", label="LSA limit"), plt.Line2D([], [], color="k", ls=":", label="OLS")]
+    fig.set_layout_engine("tight", rect=(0, 0.9 / (3.0 * len(laws) + 0.9), 1, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=5, fontsize=8, frameon=False)
+    return png(fig)

@@ -61,8 +61,9 @@ def test_attention_summary_figure_only_for_continuous_tokens():
                   "attention": lambda ids: read.append(ids) or pd.DataFrame()}
         return model_section("m", runs, tables, {"tokens": {"kind": "x"}}, ldl=False)
     discrete, continuous = section(4.0), section(np.nan)
-    assert len(discrete["figures"]) == 1 and not discrete["maps"]         # the loss by N only
-    assert len(continuous["figures"]) == 2                                # loss, attention summaries
+    assert len(discrete["figures"]) == 2 and not discrete["maps"]         # the loss by N and t_escape only
+    assert not discrete["figures"][1]                                     # no t_escape column: nothing drawn
+    assert len(continuous["figures"]) == 3                                # loss, t_escape, attention summaries
     assert read == []                                                     # no attention rows to draw: none read
 
 
@@ -126,3 +127,17 @@ def test_zfb_figure_draws_models_by_kind_and_splits_training_laws():
     drawn = pd.read_csv(io.StringIO(base64.b64decode(fig.csv).decode()))
     assert "my_gpt, N=10" in set(drawn["series"])
     assert report_zfb.training_laws({"runs": runs[runs["token_kind"] == "gaussian"]}, shift)[0][0] == ""
+
+
+def test_escape_figure_draws_every_run_and_counts_the_stuck():
+    """t_escape per run against N, one colour per training law; a run that never left its
+    plateau drawn at the top and counted in the legend."""
+    from icl.report_zfb import escape_figure
+    runs = pd.DataFrame({"run_id": list("abcd"), "N": [10, 10, 20, 20], "epochs": 3000,
+                         "token_kind": ["gaussian", "random_covariance"] * 2})
+    summary = pd.DataFrame({"run_id": list("abcd"), "t_escape": pd.array([1300, 900, None, 1500], dtype="Int64")})
+    f = escape_figure(summary, runs)
+    rows = pd.read_csv(io.StringIO(base64.b64decode(f.csv).decode()))
+    pts = rows[rows["series"].str.startswith(("trained on", "gaussian:", "random"))]
+    assert sorted(pts["y"]) == [900, 1300, 1500, 3000]
+    assert (rows["series"] == "gaussian: 1 run(s) never left the plateau").sum() == 1

@@ -33,6 +33,7 @@ from icl.claims.judge import (Band, Choices, DEFAULT, boot, boot_median, by_sett
                               share, too_few_seeds)
 from icl.claims.learned import Gate, below, gate
 from icl.data import feature_probs
+from icl.phases import PHASE_COUNTER
 from icl.stats import MIN_SEEDS
 from icl.tasks import scales_with_L
 from icl.theory import ldl
@@ -651,13 +652,6 @@ def phase_runs(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
 # per regime. LDL's own mean-field flow (Lemma 2, balanced counts) counts 2 in both regimes: its sharp
 # regime shows no third phase. A model kind whose flat and sharp medians agree cannot show LDL's
 # transition through a count of phases, and the phase claims on it read inconclusive.
-PHASE_COUNTER = {
-    "mean_field": {"flat": 2, "sharp": 2},          # both families (c = 0.5 at lr 5, c = L with lr_rule: clock)
-    "softmax_q": {"flat": 2, "sharp": 2},           # GD; at c = 0.5, L = 0.1 three runs count 1 (window too short)
-    "transformer_block": {"flat": 3, "sharp": 3},   # Adam 1e-3: flat 2-3, sharp 2-4
-}
-
-
 def counter_blind(df: pd.DataFrame) -> str | None:
     """Why a count of phases cannot decide a phase claim on these runs' model kind (PHASE_COUNTER:
     its flat and sharp counts agree on the theory's own curves), or None."""
@@ -725,14 +719,14 @@ def transition_at_Lstar(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
         return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement="—", reason=why + " (no L can differ from another)")]
     if "n_phases" not in df or df["L_star"].isna().all():
         return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement="—", reason="the runs have no L* (continuous tokens)")]
+    if not ((regimes(df, choices.lstar) == "flat").any() and (regimes(df, choices.lstar) == "sharp").any()):
+        return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement="—", reason="the sweep does not cross L*")]
     if (blind := counter_blind(df)):
         return [s.row(cid, UNSURE, prediction=pred, measurement="—", reason=blind)]
     keep, note = phase_runs(df)
     reg = regimes(keep, choices.lstar)
     order = lambda d: d.sort_values(["seed", "L"])["n_phases"].astype(float).to_numpy()      # noqa: E731
     f, sh = order(keep[reg == "flat"]), order(keep[reg == "sharp"])
-    if not ((regimes(df, choices.lstar) == "flat").any() and (regimes(df, choices.lstar) == "sharp").any()):
-        return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement="—", reason="the sweep does not cross L*")]
     if not (len(f) and len(sh)):
         return [s.row(cid, UNSURE, prediction=pred, measurement=note or "—",
                       reason="one regime has no run whose window can show its phases")]

@@ -46,7 +46,7 @@ from icl import shifts, stats
 from icl.theory import lsa as lsa_theory
 from icl.claims import CLAIMS, FAILS, NOT_TESTABLE, UNSURE, fmt, verdict
 from icl.claims.judge import DEFAULT, Band, Choices, by_setting, exclude, join, judge, robust, settings
-from icl.claims.learned import below, gate
+from icl.claims.learned import below, gate, reached
 
 LINEAR_KINDS = frozenset({"lsa", "softmax_q"})   # ŷ linear in the context labels: the LSA's limit binds them
 GPT_KINDS = frozenset({"gpt"})                   # ZFB §5's GPT-2 (Garg et al.): positions, layers, heads
@@ -675,6 +675,16 @@ def at_length_N(trained: pd.DataFrame, sh: pd.DataFrame) -> pd.DataFrame:
 
 LEARNING = below("mse_at_N", "uniform_at_N", "in-distribution error at M = N",
                  best="best_at_N", best_name="the LSA optimum's error")
+# a nonlinear network must also have left its plateau at ŷ ≈ 0 (summary.parquet's t_escape); the
+# linear models' own optimum can sit above half of predicting 0's (random covariances), so not them
+ESCAPED = reached("t_escape", "left the plateau at ŷ ≈ 0 (t_escape: the error at M = N below half of predicting 0's)")
+
+
+def learning_criteria(kind: str) -> list:
+    """What the learning gate asks of a run of this model kind (icl.models: its traits)."""
+    from icl import models
+    return [LEARNING] if models.MODELS[kind].linear_attention or not models.MODELS[kind].nonlinear \
+        else [LEARNING, ESCAPED]
 
 
 def _paired(s: Setting, other: pd.DataFrame, shift, c=None, lengths=None) -> pd.DataFrame:
@@ -925,7 +935,7 @@ def model_settings(tabs) -> list[Setting]:
     (for claims that compare models) holds the runs that learned and the baselines."""
     runs = tabs["runs"]
     summ = tabs["summary"]
-    keep = [c for c in ("diverged", "loss0", "final_train_loss", "memorises") if c in summ]
+    keep = [c for c in ("diverged", "loss0", "final_train_loss", "memorises", "t_escape") if c in summ]
     merged = runs.merge(summ[["run_id", *keep]], on="run_id", how="left")
     gone = set(summ.loc[summ["diverged"].astype(bool), "run_id"])
     sh = tabs["shift"][~tabs["shift"]["run_id"].isin(gone)]
@@ -942,7 +952,7 @@ def model_settings(tabs) -> list[Setting]:
         cols_s = settings(g, axis=("seed",))
         for label, rg in by_setting(merged[merged["model"] == model], cols_s):
             kept, note = exclude(rg)
-            learned = gate(kept, [LEARNING])           # icl.claims.learned: runs that did not learn are counted and left out
+            learned = gate(kept, learning_criteria(kind))   # icl.claims.learned: runs that did not learn are counted and left out
             kept = learned.kept if not learned.none else kept
             kept_all.append(learned.kept["run_id"])
             out.append(Setting(model=model, kind=kind, label=label, runs=kept,
