@@ -276,7 +276,8 @@ def one(args) -> None:
     runs, paths = workload(args.model, args.seeds, args.epochs, args.data, args.runs)
     if args.path == "shards":                       # the plan's CPU cut: shards of the kind's ensemble_cap
         cap = MODELS_OF[runs[0]["spec"]["model"]["kind"]].ensemble_cap(runs[0]["spec"])
-        shards = [runs[i:i + cap] for i in range(0, len(runs), cap)][args.part::2]
+        n = -(-len(runs) // cap)                     # as few shards as the cap allows, of even sizes
+        shards = [list(part) for part in np.array_split(np.asarray(runs, dtype=object), max(2, n))][args.part::2]
         runs = [r for sh in shards for r in sh]
     elif args.part is not None:                     # one of the loop's two processes: its half
         runs = runs[args.part::2]
