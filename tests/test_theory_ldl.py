@@ -10,6 +10,20 @@ from icl.models import SoftmaxQ
 from icl.theory import ldl
 
 
+
+def gd_losses(ds, eta: float, epochs: int) -> np.ndarray:
+    """softmax_q (K = 4) trained by plain GD from Q = 0 on a dataset's training prompts, float64:
+    the loss before each step, epochs 0..epochs."""
+    m = SoftmaxQ({}, 4)
+    p = m.init([0], ["a"], "cpu", torch.float64)
+    x, y = torch.from_numpy(ds["train_x"]).double()[None], torch.from_numpy(ds["train_y"]).double()[None]
+    out = []
+    for _ in range(epochs + 1):
+        loss, g = m.loss_and_grads(p, x, y)
+        out.append(loss.item())
+        p["Q"] = p["Q"] - eta * g["Q"]
+    return np.array(out)
+
 def test_threshold_formulas():
     # d=15 paper setting: δ = sqrt(20·4/100) = sqrt(0.8), L* = 1/(3·sqrt(0.8))
     assert ldl.delta_conc(4, 100) == pytest.approx(0.894427191, rel=1e-9)
@@ -81,15 +95,8 @@ def test_mean_field_curve_matches_gd_on_large_training_set(L, features):
     lam = np.linalg.eigvalsh(ds["features"].astype(float) @ ds["features"].T.astype(float)).max()
     eta, epochs = 0.32 / L**2 * (4.5 / lam) ** 2, 60
     mf, _ = ldl.mean_field_curve(ds["features"].astype(float), np.full(4, 0.25), L, 0.5, eta, epochs)
-    m = SoftmaxQ({}, 4)
-    p = m.init([0], ["a"], "cpu", torch.float64)
-    x, y = torch.from_numpy(ds["train_x"]).double()[None], torch.from_numpy(ds["train_y"]).double()[None]
-    gd = []
-    for _ in range(epochs + 1):
-        loss, g = m.loss_and_grads(p, x, y)
-        gd.append(loss.item())
-        p["Q"] = p["Q"] - eta * g["Q"]
-    ratio = np.array(gd) / mf
+    gd = gd_losses(ds, eta, epochs)
+    ratio = gd / mf
     assert mf[-1] < 0.5 * mf[0]                        # the curve really moves over the window
     np.testing.assert_allclose(ratio, 1.0, atol=0.08)
 
@@ -258,15 +265,7 @@ def test_gd_on_real_prompts_follows_the_sampled_count_flow_closer_than_the_balan
     eta, epochs = 6.25, 60
     bal, _ = ldl.mean_field_curve_cov(V, np.full(4, 0.25), C, eta, epochs)
     smp = ldl.mean_field_curve_counts(V, counts, query, C, eta, epochs)
-    m = SoftmaxQ({}, 4)
-    p = m.init([0], ["a"], "cpu", torch.float64)
-    x, y = torch.from_numpy(ds["train_x"]).double()[None], torch.from_numpy(ds["train_y"]).double()[None]
-    gd = []
-    for _ in range(epochs + 1):
-        loss, g = m.loss_and_grads(p, x, y)
-        gd.append(loss.item())
-        p["Q"] = p["Q"] - eta * g["Q"]
-    gd = np.array(gd)
+    gd = gd_losses(ds, eta, epochs)
     assert bal[-1] < 0.01 * bal[0]                                   # the dynamics happen in the window
     assert np.abs(np.log(smp / bal)).max() > 0.05                     # the approximation's bias is real
     assert np.abs(np.log(gd / smp)).max() < 0.035
