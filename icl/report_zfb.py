@@ -243,11 +243,14 @@ def seed_figure(shift: pd.DataFrame, laws: list[tuple[str, pd.DataFrame]]) -> Fi
     tests = [cell for cell in _cells(shift) if cell[0] != "none"]
     if not Ns or not tests:
         return None
-    fig, axes = plt.subplots(len(laws), len(Ns), figsize=(3.6 * len(Ns), 3.0 * len(laws) + 0.9),
+    names = sorted(shift.loc[shift["model_kind"].isin(nonlinear), "predictor"].unique())
+    legend_in = 0.25 * -(-(len(tests) + len(names) + 2) // 3) + 0.2       # three entries a row
+    fig, axes = plt.subplots(len(laws), len(Ns), figsize=(max(7.5, 3.6 * len(Ns)), 3.0 * len(laws) + legend_in),
                              squeeze=False, sharey=True)
     colours = dict(zip(tests, QUALITATIVE))
-    names = sorted(shift.loc[shift["model_kind"].isin(nonlinear), "predictor"].unique())
     styles = dict(zip(names, ["-", "-.", (0, (5, 1, 1, 1, 1, 1))]))
+    drawn = shift[shift["predictor"].isin([*names, "lsa_limit"]) & (shift["mse"] > 0)]["mse"]
+    floor = drawn.min() / 3 if len(drawn) else 1e-3      # OLS is exact for M ≥ d: drawn at this floor
     for row, (law, rows) in zip(axes, laws):
         named = with_N(rows)
         for ax, N in zip(row, Ns):
@@ -256,9 +259,10 @@ def seed_figure(shift: pd.DataFrame, laws: list[tuple[str, pd.DataFrame]]) -> Fi
                 d = d[d["N"] == N]
                 for pred, ls in [*((n, styles.get(n, "-")) for n in names), ("lsa_limit", "--"), ("ols", ":")]:
                     g = d[d["predictor"] == pred].groupby("M")["mse"].median()
-                    g = g[g > 0]
                     if len(g):
-                        ax.plot(g.index, g.values, ls=ls, color=colours[cell], lw=1.2 if pred in names else 0.9)
+                        ax.plot(g.index, g.values.clip(floor), ls=ls, color=colours[cell],
+                                lw=1.2 if pred in names else 0.9)
+            ax.set_ylim(bottom=floor)
             ax.axvline(N, color="grey", lw=0.6)
             ax.set_yscale("log")
             ax.set_title(f"{law or 'trained'}, N={N:g}", fontsize=9)
@@ -266,7 +270,8 @@ def seed_figure(shift: pd.DataFrame, laws: list[tuple[str, pd.DataFrame]]) -> Fi
         row[0].set_ylabel("MSE", fontsize=9)
     handles = [plt.Line2D([], [], color=colours[c], label=c[0] + ("" if pd.isna(c[1]) else f", c={c[1]:g}")) for c in tests]
     handles += [plt.Line2D([], [], color="k", ls=styles.get(n, "-"), label=n) for n in names]
-    handles += [plt.Line2D([], [], color="k", ls="--", label="LSA limit"), plt.Line2D([], [], color="k", ls=":", label="OLS")]
-    fig.set_layout_engine("tight", rect=(0, 0.9 / (3.0 * len(laws) + 0.9), 1, 1))
-    fig.legend(handles=handles, loc="lower center", ncol=5, fontsize=8, frameon=False)
+    handles += [plt.Line2D([], [], color="k", ls="--", label="LSA limit"),
+                plt.Line2D([], [], color="k", ls=":", label="OLS (exact for M ≥ d: drawn at the axis floor)")]
+    fig.set_layout_engine("tight", rect=(0, legend_in / (3.0 * len(laws) + legend_in), 1, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
     return png(fig)
