@@ -141,3 +141,28 @@ def test_escape_figure_draws_every_run_and_counts_the_stuck():
     pts = rows[rows["series"].str.startswith(("trained on", "gaussian:", "random"))]
     assert sorted(pts["y"]) == [900, 1300, 1500, 3000]
     assert (rows["series"] == "gaussian: 1 run(s) never left the plateau").sum() == 1
+
+
+def test_seed_figure_has_a_panel_per_law_and_N():
+    """ZFB §5's grid: a panel per (training law, N) with each nonlinear model's curve per test law,
+    the LSA limit beside it and OLS (exact for M ≥ d) drawn at the axis floor, not at 1e-24."""
+    from icl.report_zfb import seed_figure
+    rows = []
+    for law, eid in (("gaussian", "e1"), ("random_covariance", "e2")):
+        for N in (10, 20):
+            for M in (2, 5, 10, 20, 40):
+                for shift, c in (("identity", 1.0), ("random_covariance", 4.0)):
+                    rows.append({"predictor": "gpt", "model_kind": "gpt", "run_id": f"{law}{N}", "eval_id": eid + str(N),
+                                 "N": N, "shift": shift, "c": c, "M": M, "mse": 1.0 + M / N})
+                    rows.append({"predictor": "ols", "model_kind": None, "run_id": None, "eval_id": eid + str(N),
+                                 "N": np.nan, "shift": shift, "c": c, "M": M, "mse": 1e-24 if M >= 5 else 3.0})
+    shift = pd.DataFrame(rows)
+    laws = [(f"trained on {law}", shift[shift["eval_id"].str.startswith(e)]) for law, e in
+            (("gaussian", "e1"), ("random_covariance", "e2"))]
+    f = seed_figure(shift, laws)
+    drawn = pd.read_csv(io.StringIO(base64.b64decode(f.csv).decode()))
+    assert sorted(drawn["panel"].unique()) == sorted(f"trained on {law}, N={N}" for law in ("gaussian", "random_covariance")
+                                                     for N in (10, 20))
+    curves = drawn[~drawn["x"].isin([10, 20]) | ~drawn["y"].isin([0, 1])]       # not the vertical line at N
+    assert curves["y"].min() > 1e-3                 # the floor: a third of the smallest model error
+    assert len(drawn) == 4 * (2 * 2 * 5 + 2)        # 4 panels x (2 tests x (gpt, ols) x 5 lengths + the line at N)
