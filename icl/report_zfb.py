@@ -9,7 +9,7 @@ import seaborn as sns
 
 from icl import models
 from icl.figures import QUALITATIVE, Figure, palette, png
-from icl.claims.zfb import healthy_shift
+from icl.claims.zfb import BEYOND_LINEAR, TRAINED_LSA, healthy_shift
 
 SOURCE_NOTES = [
     "Thm 4.2 as transcribed omits a 1/M on the variance term; without it the error would not vanish as M, N → ∞. "
@@ -30,12 +30,6 @@ def _cell(df, kind, c):
     return df[(df["shift"] == kind) & ((df["c"] == c) | (df["c"].isna() & pd.isna(c)))]
 
 
-def kinds(trait: str) -> set[str]:
-    """The model kinds that are what `trait` says (a class attribute of icl.models.Model:
-    linear_attention, nonlinear)."""
-    return {k for k, m in models.MODELS.items() if getattr(m, trait)}
-
-
 def training_laws(tabs, shift: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """shift rows by the training prompts' token law, where an experiment trains on several (e.g. a
     fixed and a random covariance): a trained run's rows by its run, a baseline's by its evaluation
@@ -53,20 +47,20 @@ def training_laws(tabs, shift: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 
 def error_vs_length_figure(shift: pd.DataFrame, title: str = "") -> Figure:
     """MSE against test length M, one panel per shift; LSA per training N, its limit dashed; the
-    other trained models (every kind that is not linear attention, one colour per model) at the
-    largest N."""
+    other trained models (zfb.beyond_lsa's: every kind whose prediction is not linear in the labels,
+    one colour per model) at the largest N."""
     cells = _cells(shift)
     ncol = min(2, len(cells))      # two panels a row: legible at the page's width, without zooming
     nrow = -(-len(cells) // ncol)
     fig, axes = plt.subplots(nrow, ncol, figsize=(5.2 * ncol, 3.4 * nrow), squeeze=False)
     Ns = sorted(shift["N"].dropna().unique())
     pal = palette(Ns)
-    beyond = shift["model_kind"].isin(models.MODELS.keys() - kinds("linear_attention"))
+    beyond = shift["model_kind"].isin(BEYOND_LINEAR)
     others_names = sorted(shift.loc[beyond, "predictor"].unique())
     for ax, (kind, c) in zip(axes.ravel(), cells):
         d = _cell(shift, kind, c)
         for N in Ns:
-            for pred, ls, lab in (("lsa", "-", "LSA trained"), ("lsa_limit", "--", "LSA limit")):
+            for pred, ls, lab in ((TRAINED_LSA, "-", "LSA trained"), ("lsa_limit", "--", "LSA limit")):
                 g = d[(d["predictor"] == pred) & (d["N"] == N)].groupby("M")["mse"].median()
                 if len(g):
                     ax.plot(g.index, g.values, ls, color=pal[N], label=f"{lab}, N={N}")
@@ -169,7 +163,7 @@ def predictor_table(shift: pd.DataFrame, tabs: dict | None = None) -> str:
 
 def matrix_figure(tabs) -> Figure | None:
     gone = set(tabs["summary"].loc[tabs["summary"]["diverged"], "run_id"])
-    runs = tabs["runs"][tabs["runs"]["model_kind"].isin(kinds("linear_attention")) & ~tabs["runs"]["run_id"].isin(gone)]
+    runs = tabs["runs"][tabs["runs"]["model_kind"].isin(models.kinds("linear_attention")) & ~tabs["runs"]["run_id"].isin(gone)]
     if runs.empty:
         return None
     th = tabs["theory"].set_index("run_id")
@@ -204,7 +198,7 @@ def matrix_figure(tabs) -> Figure | None:
 
 
 def slope_figure(shift: pd.DataFrame) -> Figure | None:
-    d = shift[(shift["shift"] == "scale") & shift["predictor"].isin(["lsa", "lsa_limit"])]
+    d = shift[(shift["shift"] == "scale") & shift["predictor"].isin([TRAINED_LSA, "lsa_limit"])]
     if d.empty:
         return None
     Mmax = d["M"].max()
@@ -213,7 +207,7 @@ def slope_figure(shift: pd.DataFrame) -> Figure | None:
     Ns = sorted(d["N"].dropna().unique())
     colours = palette(Ns)
     for N, color in ((N, colours[float(N)]) for N in Ns):
-        g = d[(d["predictor"] == "lsa") & (d["N"] == N)]
+        g = d[(d["predictor"] == TRAINED_LSA) & (d["N"] == N)]
         ax.scatter(g["c"] ** 2, g["slope"], color=color, s=16, label=f"trained LSA, N={N}")
         t = d[(d["predictor"] == "lsa_limit") & (d["N"] == N)].groupby("c")["theory_slope"].first()
         ax.plot(t.index ** 2, t.values, "--", color=color, lw=1)
@@ -236,7 +230,7 @@ def seed_figure(shift: pd.DataFrame, laws: list[tuple[str, pd.DataFrame]]) -> Fi
     N; in each panel the error against the test length M of every nonlinear model (solid: the
     first, dash-dot: the next) on each test law but the training one (a colour each: the identity,
     random covariances at c = 1, 4, 9), the LSA limit on the same prompts dashed, OLS dotted."""
-    nonlinear = models.MODELS.keys() - kinds("linear_attention")
+    nonlinear = BEYOND_LINEAR
     if not shift["model_kind"].isin(nonlinear).any():
         return None
     Ns = sorted(shift.loc[shift["model_kind"].isin(nonlinear), "N"].dropna().unique())

@@ -66,3 +66,66 @@ def test_layers_point_one_way():
         assert not reach(name) & banned, (name, sorted(reach(name) & banned))
     assert "icl.measures" in GRAPH["icl.tables"] and "icl.io" in GRAPH["icl.tables"]
     assert {"icl.fits", "icl.claims.ldl", "icl.claims.zfb"} <= GRAPH["icl.analyse"]
+
+
+# A kind's name as a string outside icl/models/ only where it is data, never to branch on: a
+# claim, a theory table or a figure asks icl.models.kinds(trait) instead (icl/models/base.py).
+NAME_AS_DATA = {
+    ("phases.py", '"softmax_q": {'): "PHASE_COUNTER: the phase counter's measured counts per kind",
+    ("phases.py", '"transformer_block": {'): "PHASE_COUNTER: the phase counter's measured counts per kind",
+    ("claims/zfb.py", 'TRAINED_LSA = "lsa"'): "shift.parquet's predictor label of trained LSA rows",
+}
+
+
+def kind_name_literals(path: Path, names: set[str]) -> list[tuple[int, str]]:
+    """(line, source line) of every string literal in `path` that is exactly a kind's name (any
+    quotes; docstrings, comments and longer strings do not count)."""
+    import io
+    import tokenize
+    out = []
+    for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+        if tok.type == tokenize.STRING:
+            try:
+                value = ast.literal_eval(tok.string)
+            except (ValueError, SyntaxError):       # an f-string
+                continue
+            if value in names:
+                out.append((tok.start[0], tok.line.strip()))
+    return out
+
+
+def test_no_kind_name_tested_outside_models():
+    """Nothing outside icl/models/ compares against a kind's name (`== "softmax_q"`, `in ("lsa",
+    ...)`, `frozenset({"gpt"})`, a dict keyed by kinds used as a branch) or imports a kind's class:
+    it asks a trait. Kind names as data are listed in NAME_AS_DATA, each with why."""
+    from icl.models import MODELS
+    names = set(MODELS)
+    classes = {m.__name__ for m in MODELS.values()}
+    modules = {m.__module__.rsplit(".", 1)[-1] for m in MODELS.values()}
+    found, used = [], set()
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG).as_posix()
+        if rel.startswith("models/"):
+            continue
+        for line, src in kind_name_literals(path, names):
+            allowed = [k for k in NAME_AS_DATA if k[0] == rel and src.startswith(k[1])]
+            used.update(allowed)
+            if not allowed:
+                found.append(f"icl/{rel}:{line}: {src}")
+        for node in ast.walk(ast.parse(path.read_text())):      # nor a kind's class or module
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("icl.models"):
+                bad = {a.name for a in node.names} & (classes | modules)
+                if bad or node.module.split(".")[-1] in modules:
+                    found.append(f"icl/{rel}:{node.lineno}: from {node.module} import {', '.join(a.name for a in node.names)}")
+    assert not found, "a kind's name tested outside icl/models/ (ask icl.models.kinds(trait)):\n" + "\n".join(found)
+    assert used == set(NAME_AS_DATA), f"stale NAME_AS_DATA entries: {sorted(set(NAME_AS_DATA) - used)}"
+
+
+def test_kinds_reads_traits():
+    import pytest
+    from icl.models import MODELS, kinds
+    assert kinds("linear_in_labels") == {"softmax_q", "lsa"} and kinds("mean_field") == {"softmax_q"}
+    assert kinds("has_positions") == {"gpt"} and kinds("nonlinear") == {"transformer_block", "gpt"}
+    assert set(MODELS) - kinds("linear_in_labels") == kinds("nonlinear")     # zfb.beyond_lsa's, the report's
+    with pytest.raises(AttributeError):
+        kinds("kind")                                  # a name, not a trait

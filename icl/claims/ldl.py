@@ -33,6 +33,7 @@ from icl.claims.judge import (Band, Choices, DEFAULT, boot, boot_median, by_sett
                               share, too_few_seeds)
 from icl.claims.learned import Gate, below, gate
 from icl.data import feature_probs
+from icl.models import kinds
 from icl.phases import PHASE_COUNTER
 from icl.stats import MIN_SEEDS
 from icl.tasks import scales_with_L
@@ -76,18 +77,29 @@ class Setting:
 
 # ----------------------------------------------------------------------------- identities and domain
 
+def _of(df: pd.DataFrame, trait: str) -> bool:
+    """Every run of `df` is of a model kind with `trait` (icl.models.kinds)."""
+    return bool(df["model_kind"].isin(kinds(trait)).all())
+
+
+def _kind(df: pd.DataFrame) -> str:
+    """The model kinds of these runs, for a reason's text."""
+    return ", ".join(sorted(set(df["model_kind"].astype(str))))
+
+
 def scale_identity(df: pd.DataFrame) -> str | None:
     """Why L cannot change the outcome for these runs, or None where it can.
 
-    softmax_q predicts ŷ = Σ aᵢyᵢ, linear in the labels, and a task whose labels scale with L on
-    the same draws (icl.tasks: the cosine at one frequency c, the polynomial, the linear task)
-    gives Loss(Q; L) = L²·Loss(Q; 1) exactly: GD at (η, L) traces GD at (ηL², 1), and Adam, blind to
-    the loss's scale, traces one relative curve for every L (tests/test_symmetry.py)."""
-    if df.empty or not (df["model_kind"] == "softmax_q").all() or not scales_with_L(df):
+    A kind with the trait label_average (softmax_q) predicts ŷ = Σ aᵢyᵢ, linear in the labels, and
+    a task whose labels scale with L on the same draws (icl.tasks: the cosine at one frequency c,
+    the polynomial, the linear task) gives Loss(Q; L) = L²·Loss(Q; 1) exactly: GD at (η, L) traces
+    GD at (ηL², 1), and Adam, blind to the loss's scale, traces one relative curve for every L
+    (tests/test_symmetry.py)."""
+    if df.empty or not _of(df, "label_average") or not scales_with_L(df):
         return None
     how = "GD at (η, L) is GD at (ηL², 1)" if (df["optimizer"] == "gd").all() else \
         "Adam traces the same relative curve for every L"
-    return (f"softmax_q is linear in the labels and this task scales them by L, so the loss at L is L² times "
+    return (f"{_kind(df)} is linear in the labels and this task scales them by L, so the loss at L is L² times "
             f"the loss at L = 1: {how}; the identity decides this claim, not the data")
 
 
@@ -97,7 +109,7 @@ def shift_identity(df: pd.DataFrame) -> str | None:
     logits), so with orthogonal features of one norm and noise-free tokens Σ_k' Δq_{k,k'} = 0:
     the off-diagonal logits fall, together, by exactly what the own logit rises, and their mean
     rate −Δq_{k,k'}/Δq_k is 1/(K − 1) whatever the data."""
-    if df.empty or not (df["model_kind"] == "softmax_q").all() or not (df["optimizer"] == "gd").all():
+    if df.empty or not _of(df, "mean_field") or not (df["optimizer"] == "gd").all():
         return None
     if not (df["token_kind"] == "discrete").all() or df["noise"].fillna(0).astype(float).gt(0).any():
         return None
@@ -219,7 +231,7 @@ def approx_identity(g: pd.DataFrame, tcol: str = "t_rel_1e-1") -> str | None:
     where the step follows the clock), L acts as a scale there, and the data cannot tell the
     theory's L-dependence from that identity. Returns the reason, or None."""
     g = g[g[tcol].notna()]
-    if g.empty or not (g["model_kind"] == "softmax_q").all() or "clock_per_epoch" not in g:
+    if g.empty or not _of(g, "mean_field") or "clock_per_epoch" not in g:
         return None
     if g["L"].nunique() < 2 or g["seed"].nunique() < 2:
         return None
@@ -861,9 +873,9 @@ def step_size(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     df = s.runs
     if not (df["optimizer"] == "gd").all():
         return [_not_gd(s, cid)]
-    if (df["model_kind"] == "softmax_q").all():
+    if _of(df, "label_average"):
         return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement="—",
-                      reason="softmax_q predicts a convex combination of the context labels, so its loss is "
+                      reason=f"{_kind(df)} predicts a convex combination of the context labels, so its loss is "
                              "bounded and GD cannot diverge at any step size")]
     runs = s.runs
     if runs.empty or runs["lr"].nunique() < 2 or runs["L"].nunique() < 2:

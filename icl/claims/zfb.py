@@ -47,9 +47,15 @@ from icl.theory import lsa as lsa_theory
 from icl.claims import CLAIMS, FAILS, NOT_TESTABLE, UNSURE, fmt, verdict
 from icl.claims.judge import DEFAULT, Band, Choices, by_setting, exclude, join, judge, robust, settings
 from icl.claims.learned import below, gate, reached
+from icl.models import MODELS, kinds
 
-LINEAR_KINDS = frozenset({"lsa", "softmax_q"})   # ŷ linear in the context labels: the LSA's limit binds them
-GPT_KINDS = frozenset({"gpt"})                   # ZFB §5's GPT-2 (Garg et al.): positions, layers, heads
+# What a claim reads is asked of the model kinds' traits (icl.models.Model), never their names:
+LINEAR_ATTENTION = kinds("linear_attention")   # ZFB's LSA, which its closed forms describe
+WITH_POSITIONS = kinds("has_positions")        # ZFB §5's GPT-2 (Garg et al.): positions, layers, heads
+# zfb.beyond_lsa's models, and the report's "other trained models": ŷ not linear in the context
+# labels (for those that are, softmax_q and the LSA itself, the LSA's limit binds)
+BEYOND_LINEAR = set(MODELS) - kinds("linear_in_labels")
+TRAINED_LSA = "lsa"   # shift.parquet's predictor of trained LSA rows (healthy_shift), beside 'lsa_limit', 'ols'
 HALF = 0.5            # a band reaches halfway from the finite-N value to its N → ∞ reading
 LEARNED = 0.5         # learned in context: in distribution at M = N, at most this share of uniform attention's error
 LAST = 0.8            # the last fifth of training: logged epochs ≥ LAST × the last one
@@ -72,7 +78,7 @@ def healthy_shift(tabs) -> pd.DataFrame:
     sh = tabs["shift"]
     gone = set(tabs["summary"].loc[tabs["summary"]["diverged"], "run_id"])
     sh = sh[~sh["run_id"].isin(gone)].copy()
-    sh.loc[sh["model_kind"] == "lsa", "predictor"] = "lsa"
+    sh.loc[sh["model_kind"].isin(LINEAR_ATTENTION), "predictor"] = TRAINED_LSA
     return sh
 
 
@@ -97,10 +103,10 @@ def with_limits(cells: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     from the finite-N prediction to this value. Computed once per (training law, shift, c, M)."""
     from icl.theory.table import lsa_optimum, lsa_target_limit
     out = cells.assign(limit_mse=np.nan, limit_slope=np.nan)
-    if not (cells["model_kind"] == "lsa").any() or "task_kind" not in runs:
+    if not cells["model_kind"].isin(LINEAR_ATTENTION).any() or "task_kind" not in runs:
         return out
     keys = ["token_kind", "d", "covariance", "scale", "task_kind", "N"]
-    lsa_runs = runs[runs["model_kind"] == "lsa"].drop_duplicates("run_id")
+    lsa_runs = runs[runs["model_kind"].isin(LINEAR_ATTENTION)].drop_duplicates("run_id")
     records = lsa_runs.to_dict("records")
     law_key = ["|".join(str(r.get(k)) for k in keys) for r in records]
     laws = {}
@@ -176,9 +182,10 @@ class Matrices:
 def run_matrices(runs: pd.DataFrame, matrices: pd.DataFrame, theory: pd.DataFrame) -> dict[str, Matrices]:
     """Matrices of every LSA run with a closed-form optimum (linear task, gaussian or
     random-covariance tokens), from matrices.parquet ('effective') and theory.parquet."""
-    lsa = runs.loc[runs["model_kind"] == "lsa", "run_id"]
+    lsa = runs.loc[runs["model_kind"].isin(LINEAR_ATTENTION), "run_id"]
     th = theory.set_index("run_id")
-    laws = {r["run_id"]: _risk_at_N(r) for r in runs[runs["model_kind"] == "lsa"].drop_duplicates("run_id").to_dict("records")
+    laws = {r["run_id"]: _risk_at_N(r)
+            for r in runs[runs["model_kind"].isin(LINEAR_ATTENTION)].drop_duplicates("run_id").to_dict("records")
             if {"token_kind", "d", "N"} <= set(r)}
     eff = matrices[(matrices["name"] == "effective") & matrices["run_id"].isin(lsa)]
     out = {}
@@ -665,7 +672,7 @@ def at_length_N(trained: pd.DataFrame, sh: pd.DataFrame) -> pd.DataFrame:
     if len(lim):
         j = j.merge(lim[["eval_id", "M", "N", "mse"]].rename(columns={"mse": "best_at_N"}), on=["eval_id", "M", "N"],
                     how="left")
-        j["best_at_N"] = j["best_at_N"].where(j["model_kind"] == "lsa")
+        j["best_at_N"] = j["best_at_N"].where(j["model_kind"].isin(LINEAR_ATTENTION))
     else:
         j["best_at_N"] = np.nan
     if j.empty:
@@ -682,8 +689,7 @@ ESCAPED = reached("t_escape", "left the plateau at ŷ ≈ 0 (t_escape: the error
 
 def learning_criteria(kind: str) -> list:
     """What the learning gate asks of a run of this model kind (icl.models: its traits)."""
-    from icl import models
-    return [LEARNING] if models.MODELS[kind].linear_attention or not models.MODELS[kind].nonlinear \
+    return [LEARNING] if MODELS[kind].linear_attention or not MODELS[kind].nonlinear \
         else [LEARNING, ESCAPED]
 
 
@@ -716,7 +722,7 @@ def _pooled_log_ratio(j: pd.DataFrame) -> tuple[float, float, float, pd.DataFram
 
 
 def _lsa_pool(s: Setting) -> pd.DataFrame:
-    return s.pool[s.pool["model_kind"] == "lsa"]
+    return s.pool[s.pool["model_kind"].isin(LINEAR_ATTENTION)]
 
 
 def beyond_lsa(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
@@ -847,7 +853,7 @@ def length_spike(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
                   reason=why + (": no spike past the training length" if v == FAILS else ""),
                   measurement=(f"MSE(M={Ms})/MSE(N={N}) {fmt(r)} [{fmt(lo)}, {fmt(hi)}] (means over "
                                f"{c['run_id'].nunique()} runs; 95% interval: delta method on the test prompts' standard errors)"))]
-    other = s.pool[(s.pool["model_kind"].isin(GPT_KINDS)) & (s.pool.get("positional", pd.Series(index=s.pool.index)) == "none")
+    other = s.pool[(s.pool["model_kind"].isin(WITH_POSITIONS)) & (s.pool.get("positional", pd.Series(index=s.pool.index)) == "none")
                    & (s.pool["shift"] == "none") & s.pool["data_id"].isin(c["data_id"])]
     group = "learned vs no positions"
     pred2 = f"MSE({Ms})/MSE({N}) larger with learned positions than with positional: none"
@@ -910,18 +916,19 @@ def spike_vs_variance(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
 
 # ----------------------------------------------------------------------------- the whole table
 
-# claim, the model kinds it reads, and why it is not testable where the experiment has none
+# claim, the model kinds it reads (by their traits), and why it is not testable where the experiment has none
 CLAIM_KINDS = [
-    (optimum, {"lsa"}, "no trained LSA"),
-    (thm42, {"lsa"}, "no trained LSA"),
-    (scaling, {"lsa"}, "no trained LSA"),
-    (query_shift, {"lsa"}, "no trained LSA"),
-    (random_covariance, {"lsa"}, "no trained LSA"),
-    (longer_prompts, {"lsa"}, "no trained LSA"),
-    (beyond_lsa, None, "no trained model whose prediction is nonlinear in the labels (only lsa, softmax_q)"),
-    (gpt_in_distribution, GPT_KINDS, "no trained gpt model"),
-    (length_spike, GPT_KINDS, "no trained gpt model"),
-    (spike_vs_variance, GPT_KINDS, "no trained gpt model"),
+    (optimum, LINEAR_ATTENTION, "no trained LSA"),
+    (thm42, LINEAR_ATTENTION, "no trained LSA"),
+    (scaling, LINEAR_ATTENTION, "no trained LSA"),
+    (query_shift, LINEAR_ATTENTION, "no trained LSA"),
+    (random_covariance, LINEAR_ATTENTION, "no trained LSA"),
+    (longer_prompts, LINEAR_ATTENTION, "no trained LSA"),
+    (beyond_lsa, BEYOND_LINEAR, "no trained model whose prediction is nonlinear in the labels "
+                                f"(only {', '.join(sorted(kinds('linear_in_labels')))})"),
+    (gpt_in_distribution, WITH_POSITIONS, "no trained gpt model"),
+    (length_spike, WITH_POSITIONS, "no trained gpt model"),
+    (spike_vs_variance, WITH_POSITIONS, "no trained gpt model"),
 ]
 
 
@@ -987,11 +994,8 @@ def verdicts(tabs) -> list[dict]:
         return []
     rows = []
     sets = model_settings(tabs)
-    for fn, kinds, none_reason in CLAIM_KINDS:
-        if kinds is None:                                   # every kind beyond the linear ones
-            mine = [s for s in sets if s.kind not in LINEAR_KINDS]
-        else:
-            mine = [s for s in sets if s.kind in kinds]
+    for fn, reads, none_reason in CLAIM_KINDS:
+        mine = [s for s in sets if s.kind in reads]
         if not mine:
             cid = f"zfb.{fn.__name__}"
             rows.append(verdict(cid, NOT_TESTABLE, prediction=CLAIMS[cid], measurement="—", reason=none_reason))

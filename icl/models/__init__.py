@@ -2,8 +2,9 @@
 
 `build(spec, tokens)` makes the model of a run's `model` section; `MODELS` maps a kind's name
 to its class, which the plan, the tables and the report ask for what depends on the kind
-(columns, memory, checks, traits) without importing torch. A new kind is a module here, one
-entry in `MODELS`, and its settings in the schema (icl/schema/config.schema.yaml).
+(columns, memory, checks, traits) without importing torch; `kinds(trait)` names the kinds with
+a trait, which is what code outside this package asks instead of a kind's name. A new kind is a
+module here, one entry in `MODELS`, and its settings in the schema (icl/schema/config.schema.yaml).
 """
 from __future__ import annotations
 
@@ -15,6 +16,15 @@ from icl.models.lsa import LSA
 from icl.models.softmax_q import SoftmaxQ
 
 MODELS = {m.kind: m for m in (SoftmaxQ, TransformerBlock, LSA, GPT)}
+
+
+def kinds(trait: str) -> set[str]:
+    """The names of the model kinds that have `trait` (a trait of icl.models.Model: linear_attention,
+    linear_in_labels, label_average, mean_field, has_positions, nonlinear): what a claim, a theory
+    table or a figure asks instead of testing a kind's name."""
+    if not isinstance(getattr(Model, trait, None), bool):
+        raise AttributeError(f"{trait!r} is not a trait of icl.models.Model")
+    return {k for k, m in MODELS.items() if getattr(m, trait)}
 
 
 def build(spec: dict, tokens):

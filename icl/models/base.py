@@ -10,9 +10,11 @@ model reads, a Batch), `step` (loss, gradients and what the forward saw), `loss`
 without gradients) and `diagnostics` (what the model logs about itself: attention, its
 matrices). The plan, the tables and the report ask the kind (the class, no instance) for what
 depends on it: the runs.parquet columns of its settings (`columns`), its memory (`train_bytes`,
-`eval_bytes`), the checks of its settings (`check`) and what it is (`linear_attention`,
-`nonlinear`). So nothing outside a kind's module branches on its name, and a new kind touches
-its module, `icl/models/__init__.py` (one line) and the schema.
+`eval_bytes`), the checks of its settings (`check`) and what it is, its traits (`linear_attention`,
+`linear_in_labels`, `label_average`, `mean_field`, `has_positions`, `nonlinear`; the kinds that
+have one: `icl.models.kinds(trait)`). So nothing outside a kind's module branches on its name (a
+claim, a theory table or a figure asks for a trait: tests/test_layers.py checks), and a new kind
+touches its module, `icl/models/__init__.py` (one line) and the schema.
 
 torch is imported on first use (`lazy_torch`): the plan runs at Snakemake's parse time and the
 tables and report jobs never train, and importing torch costs 1-3 s a process.
@@ -186,7 +188,18 @@ class Model:
 
     kind = ""
     has_attention = True
-    linear_attention = False   # ZFB's linear self-attention: ŷ = x_qᵀ B m̂ at zero side blocks; logs `effective`
+    # Traits: what a claim, a theory table or a figure needs of a kind (icl.models.kinds(trait) lists
+    # the kinds that have one); set in each kind's module, never read off its name.
+    linear_attention = False   # ZFB's linear self-attention: ŷ = x_qᵀ B m̂ at zero side blocks; logs `effective`;
+                               # ZFB's closed forms (the optimum Γ⁻¹, its limits, the LSA claims) describe it
+    linear_in_labels = False   # ŷ linear in the context labels, so the LSA's limit binds it (zfb.beyond_lsa
+                               # compares the others with the LSA)
+    label_average = False      # ŷ = Σ aᵢyᵢ, a convex combination of the context labels: the loss is bounded (GD
+                               # cannot diverge), and a task that scales the labels by L scales it by L² (LDL's
+                               # scale identity)
+    mean_field = False         # LDL's model: a softmax over key features with one Q (logits v_kᵀ Q v_j), so its
+                               # mean-field flow, collapse clock and the shift invariance of GD on its logits apply
+    has_positions = False      # a positional embedding setting (`positional`): ZFB §5's GPT claims (the length spike)
     nonlinear = False          # a deep nonlinear network with no closed-form theory (the block, the GPT)
     column_types: dict = {}    # runs.parquet columns of the kind's settings: name -> pandas dtype
 

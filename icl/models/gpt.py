@@ -71,6 +71,7 @@ class GPT(Model):
 
     kind = "gpt"
     nonlinear = True
+    has_positions = True
     column_types = {"width": "Int64", "ffn_mult": "Int64", "layers": "Int64", "heads": "Int64",
                     "positional": "string", "positions": "Int64", "loss": "string"}
 

@@ -37,6 +37,7 @@ class LSA(Model):
     kind = "lsa"
     has_attention = False
     linear_attention = True
+    linear_in_labels = True
     column_types = {"init_scale": "Float64", "init_noise": "Float64", "heads": "Int64", "separate_kq": "boolean",
                     "rank": "Int64"}
 
@@ -187,7 +188,7 @@ class LSA(Model):
         return {"effective": (self.d, self.d), "dist_target": ()}
 
     def extras(self, specs: list[dict], device) -> dict:
-        from icl.theory.table import lsa_target
+        from icl.theory.lsa import lsa_target
         targets = [lsa_target(s) for s in specs]
         if any(t is None for t in targets):       # no closed form for this task: no distance logged
             return {}

@@ -23,6 +23,9 @@ class SoftmaxQ(Model):
     """
 
     kind = "softmax_q"
+    linear_in_labels = True
+    label_average = True
+    mean_field = True
 
     @classmethod
     def prompt_floats(cls, spec: dict, diagnose: bool) -> float:

@@ -53,6 +53,7 @@ __all__ = [
     "slope", "scaled_slope", "scaled_risk",
     "exp_moments", "random_cov_gamma_lam2", "random_cov_optimal_B", "random_cov_risk",
     "random_cov_slope", "lsa_predict", "lsa_forward", "risk_many", "random_cov_risk_many", "excess_ratio",
+    "lsa_optimum", "lsa_target",
 ]
 
 
@@ -391,3 +392,25 @@ def lsa_forward(W_pv, W_kq, x, y, xq, rho: float | None = None) -> np.ndarray:
     b = np.einsum("...ik,...k->...i", E, a)
     out = eq + np.einsum("ij,...j->...i", np.asarray(W_pv, dtype=np.float64), b) / rho
     return out[..., -1]
+
+
+# ----------------------------------------------------------------------------- on a run's spec
+# (here, not in icl.theory.table, so the LSA model reads its target without importing the table,
+# which asks icl.models for the kinds' traits)
+
+def lsa_optimum(spec: dict):
+    """(B, train_kind, Λ as a d×d matrix or the scale of random covariances) of the LSA optimum
+    for the run's training distribution."""
+    from icl.data import covariance   # local: the closed forms above need no run spec
+    tok, N = spec["tokens"], spec["prompts"]["N"]
+    if tok["kind"] == "gaussian":
+        lam = covariance(tok)
+        return optimal_B(lam, N), "gaussian", lam
+    if tok["kind"] == "random_covariance":
+        return random_cov_optimal_B(tok["d"], N, tok.get("scale", 1.0)), "random_covariance", tok.get("scale", 1.0)
+    return None, None, None
+
+
+def lsa_target(spec: dict):
+    """The LSA optimum's effective matrix for a linear task (None where there is no theory)."""
+    return lsa_optimum(spec)[0] if spec["task"]["kind"] == "linear" else None

@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from icl.data import covariance, feature_probs, features
+from icl.models import kinds   # the kinds' traits: which runs a theory describes
 from icl.tasks import family
 from icl.theory import ldl, lsa
+from icl.theory.lsa import lsa_optimum, lsa_target  # noqa: F401  (here too: shifts, baselines, claims import them from the table)
 
 EPS = 1e-2   # the theorems' absolute accuracy ε used for T_star (unit constants)
 
@@ -43,10 +45,11 @@ def ldl_rows(plan_runs: list[dict], flat_max_L: float | None = None) -> pd.DataF
 
 
 def mean_field_step(spec: dict, memo: dict) -> float:
-    """icl.theory.ldl.mean_field_step for a softmax_q run under GD whose task knows its label
-    covariance (NaN otherwise); runs that share features, frequencies, task and η share it."""
+    """icl.theory.ldl.mean_field_step for a run of a mean-field kind (softmax_q) under GD whose task
+    knows its label covariance (NaN otherwise); runs that share features, frequencies, task and η
+    share it."""
     tok, task, model = spec["tokens"], spec["task"], spec["model"]
-    if not (model["kind"] == "softmax_q" and model["optimizer"] == "gd"):
+    if not (model["kind"] in kinds("mean_field") and model["optimizer"] == "gd"):
         return np.nan
     V = features(tok, spec["seed"]).astype(float)
     C = family(task["kind"]).label_cov(task, V)
@@ -83,23 +86,6 @@ def clock_per_epoch(spec: dict) -> float:
     V = features(tok, spec["seed"]).astype(float)
     C = family(task["kind"]).label_cov(task, V)
     return ldl.collapse_rate(V, C, eta) if C is not None else eta * task["L"] ** 2 * tok["delta"] ** 2 / tok["K"]
-
-
-def lsa_optimum(spec: dict):
-    """(B, train_kind, Λ as a d×d matrix or the scale of random covariances) of the LSA optimum
-    for the run's training distribution."""
-    tok, N = spec["tokens"], spec["prompts"]["N"]
-    if tok["kind"] == "gaussian":
-        lam = covariance(tok)
-        return lsa.optimal_B(lam, N), "gaussian", lam
-    if tok["kind"] == "random_covariance":
-        return lsa.random_cov_optimal_B(tok["d"], N, tok.get("scale", 1.0)), "random_covariance", tok.get("scale", 1.0)
-    return None, None, None
-
-
-def lsa_target(spec: dict):
-    """The LSA optimum's effective matrix for a linear task (None where there is no theory)."""
-    return lsa_optimum(spec)[0] if spec["task"]["kind"] == "linear" else None
 
 
 def lsa_target_limit(spec: dict):
@@ -153,7 +139,7 @@ def mean_field_rows(plan_runs: list[dict], log_epochs) -> pd.DataFrame:
     for r in plan_runs:
         s = r["spec"]
         tok, task, model = s["tokens"], s["task"], s["model"]
-        if not (model["kind"] == "softmax_q" and model["optimizer"] == "gd" and tok["kind"] == "discrete"):
+        if not (model["kind"] in kinds("mean_field") and model["optimizer"] == "gd" and tok["kind"] == "discrete"):
             continue
         V = features(tok, s["seed"]).astype(float)
         C = family(task["kind"]).label_cov(task, V)
