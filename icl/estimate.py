@@ -94,6 +94,7 @@ def _timed(members: list[Run], device: str, threads: int, epochs: int, prompts: 
     for r in members:
         spec = copy.deepcopy(r.spec)
         spec["train"].update(epochs=epochs, log_every=epochs)
+        spec["train"].pop("curriculum", None)     # timed at its end, full prompts: its early, shorter steps cost less
         if prompts:
             spec["prompts"].update(train=prompts, test=prompts)
             if spec["train"].get("batch_size"):

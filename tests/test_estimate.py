@@ -58,3 +58,28 @@ def test_the_command_prints_the_estimate(tmp_path):
     assert "timing a few epochs of" in res.stderr
     last = res.stdout.strip().splitlines()[-1].split()
     assert last[0] == "total" and last[1] == "8" and last[2] == "2"
+
+
+def test_a_curriculum_is_timed_at_its_end(monkeypatch):
+    """Garg's curriculum makes the first steps short and cheap; the estimate times full prompts
+    (an upper bound), not the first stage, which would under-predict every later step."""
+    import icl.train
+    from icl import estimate as est
+    raw = {"experiments": {"lin": {
+        "tokens": {"kind": "gaussian", "d": 4}, "task": {"kind": "linear"},
+        "prompts": {"N": 8, "train": 8, "test": 8},
+        "models": [{"name": "lsa", "kind": "lsa", "optimizer": "adam", "lr": 1e-2, "init_scale": 0.3}],
+        "train": {"epochs": 40, "fresh": True,
+                  "curriculum": {"points": {"start": 2, "end": 9, "inc": 1, "interval": 10}}}}}}
+    runs = plan(validate(raw), "lin")
+    seen = []
+    real = icl.train.ShardTraining
+
+    def spy(rs, paths, dev, saved=None):
+        seen.extend(r["spec"]["train"] for r in rs)
+        return real(rs, paths, dev, saved)
+    monkeypatch.setattr(icl.train, "ShardTraining", spy)
+    cal = est._timed(runs[:1], "cpu", 1, epochs=2)
+    assert seen and all("curriculum" not in t for t in seen)
+    assert "curriculum" in runs[0].spec["train"]        # the plan's own spec untouched
+    assert cal.epoch_s > 0
