@@ -140,9 +140,10 @@ class GPT(Model):
         """Most runs one CPU step should hold: as many as keep the step's activations within
         STEP_CAP_BYTES. A GPT step is compute-bound and its per-run loop already efficient; past
         the cache the ensemble's elementwise work is bound by memory bandwidth (benchmarks/
-        README.md: 16 runs of the 3-layer, width-64 model step at 1.5-1.7x the loop per core, 64
-        runs with two threads at 0.5-0.7x), so a GPT sweep is cut into shards of this size that
-        train side by side, one thread each."""
+        README.md, 2026-11-25: one thread steps 1-16 runs of the 3-layer, width-64 model at
+        1.1-1.25x the loop per core; 32 runs in one shard with two threads reach 0.8x the
+        two-process loop, cut into shards of this size side by side 1.0x), so a GPT sweep is cut
+        into shards of this size that train side by side, one thread each."""
         per_run = 4 * cls._prompts(spec)["batch"] * cls.step_floats(spec)
         return max(1, int(STEP_CAP_BYTES // per_run))
 
