@@ -1,5 +1,5 @@
 """icl-dynamics: in-context-learning training dynamics, measured against LDL and ZFB theory."""
-__version__ = "0.1.0"
+from icl.provenance import __version__  # noqa: F401  (defined where the tables' stamps read it)
 
 
 def load(path: str):

@@ -42,7 +42,8 @@ def _json_arg(flag: str, text: str):
 
 
 def cmd_plan(args) -> None:
-    from icl.plan import plan, stable_hash
+    from icl.plan import plan
+    from icl.runtime import stable_hash
     from icl.io import write_parquet
     from icl.tables import runs_table
     cfg = _json_arg("--spec", args.spec)
@@ -109,12 +110,11 @@ def cmd_theory(args) -> None:
     from icl.provenance import stamp
     from icl.io import write_parquet
     from icl.theory.table import ldl_rows, lsa_rows, mean_field_rows
-    from icl.plan import log_epochs
     pl = read_plan(args.plan)
     meta = stamp(pl["config_hash"])
     flat_max_L = (pl["config"].get("report") or {}).get("flat_max_L")
     write_parquet(ldl_rows(pl["runs"], flat_max_L).merge(lsa_rows(pl["runs"]), on="run_id"), args.out, meta)
-    write_parquet(mean_field_rows(pl["runs"], log_epochs), args.curves, meta)
+    write_parquet(mean_field_rows(pl["runs"]), args.curves, meta)
 
 
 def cmd_analyse(args) -> None:

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from icl.data import data_spec
-from icl.plan import Run, log_epochs, plan, shape_key, shard_mem_mb, shards, stable_hash, train_threads
+from icl.plan import Run, plan, shape_key, shard_mem_mb, shards, train_threads
+from icl.runtime import log_epochs, pick_device, stable_hash
 
 CALIBRATION_EPOCHS = 3
 SMALL = 4             # prompts of the first, cheapest timing
@@ -87,7 +88,7 @@ def _timed(members: list[Run], device: str, threads: int, epochs: int, prompts: 
     the parts."""
     import torch
     from icl.data import ensure_datasets
-    from icl.train import ShardTraining, pick_device
+    from icl.train import ShardTraining
     torch.set_num_threads(threads)
     dev = pick_device(device)
     runs = []

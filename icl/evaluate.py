@@ -23,10 +23,9 @@ import torch
 from icl import baselines, models, shifts
 from icl.data import STREAM_EVAL, read_datasets, rng, sample_tokens
 from icl.io import SHIFT_DTYPES, empty_shift, read_shard, write_parquet
-from icl.plan import eval_bytes, stable_hash
+from icl.runtime import pick_device, stable_hash
 from icl.shifts import theory_cell
 from icl.tasks import sample_labels
-from icl.train import pick_device
 
 
 def cells(ev: dict) -> list[tuple[str, float | None]]:
@@ -159,7 +158,7 @@ def evaluate_trained(runs: list[dict], data_paths: dict, trained_path: str, out_
     model = models.build(spec0["model"], spec0["tokens"]["d"])
     cache = read_datasets(runs, data_paths)
     todo = {prompt_set(r["spec"]) for r in runs} if baseline_keys is None else set(baseline_keys)
-    size = max(1, min(len(runs), budget_mb * 2**20 // eval_bytes(spec0)))
+    size = max(1, min(len(runs), budget_mb * 2**20 // models.MODELS[spec0["model"]["kind"]].eval_bytes(spec0)))
     parts = []
     for i in range(0, len(runs), size):
         chunk = runs[i:i + size]

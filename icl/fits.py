@@ -3,7 +3,7 @@ bootstrap over seeds, the theory-clock collapse, and step-size stability classes
 
 All functions take the tidy tables (runs, summary, curves) and return tidy frames. The runs the
 verdicts leave out of a time claim are left out here too, and counted in the output: diverged,
-ended above their initial loss or memorised (icl.claims.judge.exclude), never reached the
+ended above their initial loss or memorised (exclude), never reached the
 threshold, crossed it within RESOLUTION optimisation steps (the step, not the dynamics, sets
 such a time), or, for an absolute threshold, started less than START_MARGIN times above it.
 """
@@ -183,6 +183,26 @@ def theory_slope(df: pd.DataFrame, reg: str, tcol: str) -> float:
     return _ols_slope(np.log(df["L"].to_numpy(float)), np.log(T))
 
 
+def exclude(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The runs a claim or a fit may read, and a sentence counting those left out: diverged, ended above
+    their initial loss (unstable), or memorised their prompts (test loss rose while the train
+    loss fell: evidence about memorising, not about the theory)."""
+    why = {}
+    diverged = df["diverged"].astype(bool) if "diverged" in df else pd.Series(False, index=df.index)
+    above = ~diverged & (df["final_train_loss"].astype(float) > df["loss0"].astype(float))
+    mem = ~diverged & ~above & (df["memorises"].fillna(False).astype(bool) if "memorises" in df
+                                else pd.Series(False, index=df.index))
+    for name, mask in (("diverged", diverged), ("ended above its initial loss", above),
+                       ("memorised its training prompts", mem)):
+        if mask.any():
+            why[name] = int(mask.sum())
+    kept = df[~(diverged | above | mem)]
+    if not why:
+        return kept, ""
+    return kept, (f"{len(df) - len(kept)} of {len(df)} runs left out (" +
+                  ", ".join(f"{n} {w}" for w, n in why.items()) + ")")
+
+
 SLOPE_KEYS = ["model", "model_kind", "lr", "delta", "K", "N", "regime"]
 
 
@@ -195,7 +215,6 @@ def convergence_slopes(runs: pd.DataFrame, summary: pd.DataFrame, theory: pd.Dat
     above their initial loss or memorised, `n_not_reached`, `n_fast`, `n_low_start`).
 
     The theorems bound the loss by O(ε²): a run that had to reach loss/loss₀ ≤ x has ε = sqrt(x·loss₀)."""
-    from icl.claims.judge import exclude
     extra = swept_columns(runs, SLOPE_KEYS)
     keys = SLOPE_KEYS + extra
     df = groupable(runs, extra).merge(summary, on="run_id").merge(theory[["run_id", "regime"]], on="run_id")

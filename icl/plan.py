@@ -5,7 +5,6 @@ the DAG is built. Ids are hashes of canonical JSON, so they do not change betwee
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 
@@ -13,12 +12,8 @@ from icl import models
 from icl.config import check_experiment
 from icl.data import data_spec, features, prompt_file_bytes
 from icl.errors import ConfigError
+from icl.runtime import LOAD_GROUP, stable_hash
 from icl.sweep import expand, sweep_keys
-
-
-def stable_hash(obj, n: int = 12) -> str:
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:n]
 
 
 @dataclass
@@ -61,7 +56,6 @@ def run_bytes(spec: dict) -> int:
 
 
 JOB_BASE_MB = 1500     # Python, torch, and on a cluster Snakemake twice (~170 MB each) beside the job
-LOAD_GROUP = 16        # runs whose prompt files a training job holds at once while preparing them (icl.train)
 
 
 def load_bytes(spec: dict, n_runs: int) -> int:
@@ -194,13 +188,6 @@ def chunks(members: list[Run], size: int) -> list[list[Run]]:
     if cur:
         out.append(cur)
     return out
-
-
-def log_epochs(epochs: int, every: int) -> list[int]:
-    e = list(range(0, epochs + 1, every))
-    if e[-1] != epochs:
-        e.append(epochs)
-    return e
 
 
 def shards(runs: list[Run]) -> dict[str, list[Run]]:

@@ -3,9 +3,14 @@
 A family lives in one place: a new one is a class here (registered in TASKS) plus its settings in
 the schema (`$defs.task` of icl/schema/config.schema.yaml). The rest of the package asks it:
 data.py draws labels through `sample_labels`, theory/table.py asks `ldl` and `label_cov`, the
-report asks `ldl` and `scales_with_L` (the scale identity of icl.claims.ldl).
+report asks `ldl` and `scales_with_L` (the scale identity of icl.claims.ldl). A family's closed
+forms (the cosine's label covariance) live here too, so the theory imports the tasks and never
+the other way round.
 """
 from __future__ import annotations
+
+import functools
+import math
 
 import numpy as np
 
@@ -51,8 +56,37 @@ class Cosine(Task):
         return "c" in runs and runs["c"].nunique() <= 1
 
     def label_cov(self, task, V):
-        from icl.theory.ldl import cosine_label_cov   # local: the theory is not needed to draw data
         return cosine_label_cov(V, task["L"], task["c"])
+
+
+def sphere_cos_mean(r: np.ndarray, d: int) -> np.ndarray:
+    """Ω_d(r) = E[cos(r w_1)] for w uniform on the unit sphere in R^d (d >= 1).
+
+    For d >= 2, t = w_1 has density ∝ (1 - t²)^{(d-3)/2} on [-1, 1]; with t = cos θ the integrand
+    cos(r cos θ) sin^{d-2} θ is smooth and periodic, so 256-point Gauss-Legendre quadrature is
+    exact to rounding for r up to ~100 (d = 3 gives sin(r)/r, d = 2 gives J0(r)).
+    """
+    r = np.asarray(r, dtype=float)
+    if d == 1:
+        return np.cos(r)
+    theta, wgt = _sphere_quadrature(d)
+    vals = np.cos(r[..., None] * np.cos(theta))
+    return (vals * wgt).sum(-1) / wgt.sum()
+
+
+@functools.lru_cache(maxsize=None)
+def _sphere_quadrature(d: int):
+    """Nodes θ and weights of sphere_cos_mean's 256-point Gauss-Legendre rule (made once per d:
+    the rule costs milliseconds, and the theory step asks for it once per run)."""
+    nodes, weights = np.polynomial.legendre.leggauss(256)
+    theta = 0.5 * math.pi * (nodes + 1.0)
+    return theta, weights * np.sin(theta) ** (d - 2)
+
+
+def cosine_label_cov(V: np.ndarray, L: float, c: float) -> np.ndarray:
+    """C[n, m] = E_f[f(v_n) f(v_m)] for the cosine task (L/c) cos(c<w,x> + φ)."""
+    dist = np.linalg.norm(V[:, None] - V[None], axis=-1)
+    return 0.5 * (L / c) ** 2 * sphere_cos_mean(c * dist, V.shape[1])
 
 
 class Polynomial(Task):

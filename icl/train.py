@@ -19,16 +19,8 @@ import torch
 from icl import models, optim
 from icl.data import curriculum_stage, fresh_batch, read_datasets, with_tokens
 from icl.files import atomic_path
-from icl.plan import LOAD_GROUP, log_epochs
+from icl.runtime import LOAD_GROUP, log_epochs, pick_device
 from icl.provenance import code_hash, code_version
-
-
-def pick_device(setting: str = "auto") -> torch.device:
-    if setting == "cuda" or (setting == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            raise RuntimeError("device: cuda was asked for but torch sees no CUDA device")
-        return torch.device("cuda")
-    return torch.device("cpu")
 
 
 def batch_index(seeds, epoch: int, n: int, batch: int) -> list[np.ndarray]:

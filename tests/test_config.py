@@ -4,7 +4,8 @@ import copy
 import pytest
 
 from icl.config import ConfigError, validate
-from icl.plan import plan, stable_hash
+from icl.plan import plan
+from icl.runtime import stable_hash
 from icl.sweep import expand
 
 

@@ -1,7 +1,9 @@
 """The package's layers point one way: file I/O (icl.io) and per-run measurements (icl.measures)
 below the claims (icl.claims), the claims below the analysis and the report; config and plan do
-not import each other (the sweep sits below both); and no module imports itself back through
-another. Checked on the source, every import statement counted, those inside functions too."""
+not import each other (the sweep sits below both); the jobs (train, evaluate) do not import the
+planner; the tasks sit below the theory; provenance and runtime import nothing of the package;
+and no module imports itself back through another. Checked on the source, every import
+statement counted, those inside functions too."""
 import ast
 from pathlib import Path
 
@@ -42,6 +44,16 @@ def reach(name: str) -> set[str]:
     return seen
 
 
+def test_ground_floor_imports_nothing_of_the_package():
+    """icl.provenance (every step stamps its tables with it) and icl.runtime (what the planner
+    and its jobs share) import no icl module, not even the package itself."""
+    for name in ("icl.provenance", "icl.runtime", "icl.tasks"):
+        tree = ast.parse(MODULES[name].read_text())
+        found = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names if a.name.split(".")[0] == "icl"]
+        found += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "icl"]
+        assert not found, (name, found)
+
+
 def test_no_import_cycle():
     cycles = sorted(m for m in MODULES if m in reach(m))
     assert not cycles, cycles
@@ -56,7 +68,10 @@ def test_layers_point_one_way():
         "icl.claims.ldl": report | {"icl.analyse", "icl.tables"},
         "icl.claims.zfb": report | {"icl.analyse", "icl.tables"},
         "icl.tables": claims | report | {"icl.analyse", "icl.fits"},
-        "icl.evaluate": claims | report | {"icl.measures", "icl.tables", "icl.analyse"},
+        "icl.evaluate": claims | report | {"icl.measures", "icl.tables", "icl.analyse", "icl.plan", "icl.train"},
+        "icl.train": {"icl.plan"},              # the jobs share icl.runtime with the planner, never import it
+        "icl.fits": claims,                     # exclude is icl.fits' own, the claims take it from there
+        "icl.tasks": {m for m in MODULES if m.startswith("icl.theory")},   # the theory reads the tasks
         "icl.notebook": report | {"icl.measures", "icl.tables", "icl.analyse", "icl.fits"},
         "icl.report": {"icl.analyse", "icl.claims.ldl", "icl.measures", "icl.tables"},   # reads, draws
         "icl.config": {"icl.plan"},

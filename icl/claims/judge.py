@@ -7,8 +7,8 @@
   the reason); no interval is never "holds".
 - `settings` / `by_setting`: one verdict per setting — runs are grouped by every swept setting
   other than the claim's own axis (L, seed), and the group label names each of them.
-- `exclude`: runs that diverged, ended above their initial loss, or memorised their training
-  prompts are left out and counted in the measurement.
+- `exclude` (icl.fits', as the fits read it too): runs that diverged, ended above their
+  initial loss, or memorised their training prompts are left out and counted in the measurement.
 - `robust`: a verdict's robustness is data — the claim is re-judged under the other reasonable
   analysis choices (L* halved or doubled, the band ± half its width) and the `fragile` column
   lists those that flip it.
@@ -29,6 +29,7 @@ import pandas as pd
 
 from icl.claims import FAILS, HOLDS, UNSURE, fmt
 from icl import stats
+from icl.fits import exclude  # noqa: F401  (a rule every claim obeys; icl.fits', as the fits read it too)
 from icl.stats import MIN_SEEDS
 
 # run columns that say which run it is, not how it was set up
@@ -193,28 +194,6 @@ def by_setting(df: pd.DataFrame, cols: list[str]):
 def join(*parts: str) -> str:
     """A group label from its parts, empty ones left out."""
     return "; ".join(p for p in parts if p)
-
-
-# ----------------------------------------------------------------------------- exclusion
-
-def exclude(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    """The runs a claim may read, and a sentence counting those left out: diverged, ended above
-    their initial loss (unstable), or memorised their prompts (test loss rose while the train
-    loss fell: evidence about memorising, not about the theory)."""
-    why = {}
-    diverged = df["diverged"].astype(bool) if "diverged" in df else pd.Series(False, index=df.index)
-    above = ~diverged & (df["final_train_loss"].astype(float) > df["loss0"].astype(float))
-    mem = ~diverged & ~above & (df["memorises"].fillna(False).astype(bool) if "memorises" in df
-                                else pd.Series(False, index=df.index))
-    for name, mask in (("diverged", diverged), ("ended above its initial loss", above),
-                       ("memorised its training prompts", mem)):
-        if mask.any():
-            why[name] = int(mask.sum())
-    kept = df[~(diverged | above | mem)]
-    if not why:
-        return kept, ""
-    return kept, (f"{len(df) - len(kept)} of {len(df)} runs left out (" +
-                  ", ".join(f"{n} {w}" for w, n in why.items()) + ")")
 
 
 # ----------------------------------------------------------------------------- robustness

@@ -6,6 +6,7 @@ import numpy as np
 
 from icl.data import covariance, feature_probs, features
 from icl.models import kinds   # the kinds' traits: which runs a theory describes
+from icl.runtime import log_epochs
 from icl.tasks import family
 from icl.theory import ldl, lsa
 from icl.theory.lsa import lsa_optimum, lsa_target  # noqa: F401  (here too: shifts, baselines, claims import them from the table)
@@ -130,7 +131,7 @@ def train_counts(spec: dict) -> tuple[np.ndarray, np.ndarray]:
     return counts, feat[:, -1]
 
 
-def mean_field_rows(plan_runs: list[dict], log_epochs) -> pd.DataFrame:
+def mean_field_rows(plan_runs: list[dict]) -> pd.DataFrame:
     """LDL mean-field loss and own-attention for softmax_q runs on discrete tokens with GD, and the
     same flow on each run's own training prompts' feature counts (`mean_field_loss_sampled`, beside
     the balanced |V_k| = p_k N: the approximation's measured bias, which ldl.mean_field's band reads)."""
