@@ -14,13 +14,17 @@ depends on it: the runs.parquet columns of its settings (`columns`), its memory 
 `linear_in_labels`, `label_average`, `mean_field`, `has_positions`, `nonlinear`; the kinds that
 have one: `icl.models.kinds(trait)`). So nothing outside a kind's module branches on its name (a
 claim, a theory table or a figure asks for a trait: tests/test_layers.py checks), and a new kind
-touches its module, `icl/models/__init__.py` (one line) and the schema.
+touches its module, `icl/models/__init__.py` (one line) and the schema. A kind's own settings
+(beside name, kind, optimizer, lr) are a frozen dataclass in its module, typed and defaulted there
+once (`Settings`, read with `settings(model)`); tests/test_model_settings.py holds the schema's
+per-kind properties and defaults against it.
 
 torch is imported on first use (`lazy_torch`): the plan runs at Snakemake's parse time and the
 tables and report jobs never train, and importing torch costs 1-3 s a process.
 """
 from __future__ import annotations
 
+import dataclasses
 import zlib
 
 import numpy as np
@@ -181,12 +185,19 @@ def count_attention_logs(mass, batch: Batch, K: int) -> dict:
     return attention_logs(mass, batch["query"], ent, (batch["near"] * w).sum(-1), K)
 
 
+@dataclasses.dataclass(frozen=True)
+class NoSettings:
+    """A kind with no settings of its own."""
+    unfilled = ()      # settings whose default the schema leaves out (see GPTSettings)
+
+
 class Model:
     """A model kind: what the training loop calls (an instance, for one shard's model section
     and tokens), and what the plan, the tables and the report ask of the kind (classmethods on
     a run's spec; no torch). The defaults read the token form."""
 
     kind = ""
+    Settings = NoSettings      # the kind's own settings, a frozen dataclass with their defaults
     has_attention = True
     # Traits: what a claim, a theory table or a figure needs of a kind (icl.models.kinds(trait) lists
     # the kinds that have one); set in each kind's module, never read off its name.
@@ -204,6 +215,12 @@ class Model:
     column_types: dict = {}    # runs.parquet columns of the kind's settings: name -> pandas dtype
 
     # ---- the kind, asked by the plan, the tables and the report (run specs, no instance)
+
+    @classmethod
+    def settings(cls, model: dict):
+        """The kind's own settings of a model section, a missing or null one at its default."""
+        names = {f.name for f in dataclasses.fields(cls.Settings)}
+        return cls.Settings(**{k: v for k, v in model.items() if k in names and v is not None})
 
     @classmethod
     def columns(cls, spec: dict) -> dict:

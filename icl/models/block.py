@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -16,6 +17,14 @@ def _layer_norm(h, g, b, eps=1e-5):
     mu = h.mean(-1, keepdim=True)
     var = h.var(-1, keepdim=True, unbiased=False)
     return (h - mu) * torch.rsqrt(var + eps) * g + b
+
+
+@dataclass(frozen=True)
+class BlockSettings:
+    """A transformer block's settings, each defaulted here and nowhere else."""
+    width: int = 64              # model width
+    ffn_mult: int = 4            # feed-forward width / model width
+    unfilled = ()                # settings whose default the schema leaves out (it fills in every other)
 
 
 class TransformerBlock(Model):
@@ -33,6 +42,7 @@ class TransformerBlock(Model):
     """
 
     kind = "transformer_block"
+    Settings = BlockSettings
     nonlinear = True
     eps = 1e-5
     column_types = {"width": "Int64", "ffn_mult": "Int64"}
@@ -60,24 +70,24 @@ class TransformerBlock(Model):
     def step_floats(cls, spec: dict) -> float:
         """A forward's activations (floats_per_prompt), kept for the backward pass, and ~15% more
         for the gradients flowing back (measured: benchmarks/memory.py)."""
-        m = spec["model"]
-        W, F, T, d = m["width"], m["width"] * m.get("ffn_mult", 4), cls._tokens(spec), spec["tokens"]["d"]
+        s = cls.settings(spec["model"])
+        W, F, T, d = s.width, s.width * s.ffn_mult, cls._tokens(spec), spec["tokens"]["d"]
         return 1.15 * (2 * T * (d + 2) + 20 * W + 3 * F)
 
     @classmethod
     def n_params(cls, spec: dict) -> int:
-        m, d = spec["model"], spec["tokens"]["d"]
-        W, F = m["width"], m["width"] * m.get("ffn_mult", 4)
+        s, d = cls.settings(spec["model"]), spec["tokens"]["d"]
+        W, F = s.width, s.width * s.ffn_mult
         return (d + 2) * W + 4 * W * W + 2 * W * F + F + 9 * W + 1
 
     @classmethod
     def eval_bytes(cls, spec: dict, width: int = 1) -> int:
-        return super().eval_bytes(spec, spec["model"].get("width", 1))
+        return super().eval_bytes(spec, cls.settings(spec["model"]).width)
 
     def __init__(self, spec: dict, tokens):
         super().__init__(spec, tokens)
-        self.w = spec["width"]
-        self.f = spec["width"] * spec.get("ffn_mult", 4)
+        s = self.settings(spec)
+        self.w, self.f = s.width, s.width * s.ffn_mult
         self.by_feature = tokens_are_features(self.tokens)
 
     def prepare(self, arrays, diagnose: bool = True) -> Batch:

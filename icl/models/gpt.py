@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -31,6 +32,19 @@ def _linear(h, w, b):
     R, I = h.shape[0], h.shape[-1]
     out = torch.baddbmm(b.unsqueeze(1), h.reshape(R, -1, I), w)
     return out.view(*h.shape[:-1], w.shape[-1])
+
+
+@dataclass(frozen=True)
+class GPTSettings:
+    """A GPT's settings (as nanoGPT's GPTConfig), each defaulted here and nowhere else."""
+    layers: int = 3              # transformer blocks
+    heads: int = 2               # attention heads per block (a divisor of width)
+    width: int = 64              # model width (embedding dimension)
+    ffn_mult: int = 4            # MLP width / model width
+    positional: str = "learned"  # learned absolute positional embeddings, or none (the causal mask alone)
+    positions: int = 1024        # rows of the learned positional table
+    loss: str = "all"            # train on the prediction at every x position (Garg), or at the query alone
+    unfilled = ()                # settings whose default the schema leaves out (it fills in every other)
 
 
 class GPT(Model):
@@ -70,6 +84,7 @@ class GPT(Model):
     """
 
     kind = "gpt"
+    Settings = GPTSettings
     nonlinear = True
     has_positions = True
     column_types = {"width": "Int64", "ffn_mult": "Int64", "layers": "Int64", "heads": "Int64",
@@ -77,11 +92,12 @@ class GPT(Model):
 
     def __init__(self, spec: dict, tokens):
         super().__init__(spec, tokens)
-        self.w, self.layers, self.heads = spec.get("width", 64), spec.get("layers", 3), spec.get("heads", 2)
-        self.f = self.w * spec.get("ffn_mult", 4)
-        self.learned = spec.get("positional", "learned") == "learned"
-        self.positions = spec.get("positions", 1024)
-        self.loss_all = spec.get("loss", "all") == "all"
+        s = self.settings(spec)
+        self.w, self.layers, self.heads = s.width, s.layers, s.heads
+        self.f = s.width * s.ffn_mult
+        self.learned = s.positional == "learned"
+        self.positions = s.positions
+        self.loss_all = s.loss == "all"
 
     # ---- the kind
 
@@ -100,15 +116,16 @@ class GPT(Model):
     @classmethod
     def check(cls, model: dict, exp: dict) -> list[tuple[str, str]]:
         out = []
-        W, H = model.get("width", 64), model.get("heads", 2)
+        s = cls.settings(model)
+        W, H = s.width, s.heads
         if W % H:
             divisors = ", ".join(str(k) for k in range(1, W + 1) if W % k == 0)
             out.append(("heads", f"{H} heads do not divide width={W}; allowed: a divisor of the width ({divisors})"))
-        if model.get("positional", "learned") == "learned":
+        if s.positional == "learned":
             N = exp["prompts"]["N"]
             lengths = (exp.get("evaluate") or {}).get("lengths") or []
             longest = max([N, *lengths])
-            need, P = cls.tokens_needed(longest), model.get("positions", 1024)
+            need, P = cls.tokens_needed(longest), s.positions
             if P < need:
                 what = (f"evaluate.lengths reaches M={longest}" if longest > N else f"prompts.N is {N}")
                 out.append(("positions", f"a table of {P} positions is too short: {what}, a prompt of "
@@ -117,10 +134,10 @@ class GPT(Model):
 
     @classmethod
     def n_params(cls, spec: dict) -> int:
-        m, d = spec["model"], spec["tokens"]["d"]
-        W, L, F = m["width"], m["layers"], m["width"] * m["ffn_mult"]
+        s, d = cls.settings(spec["model"]), spec["tokens"]["d"]
+        W, L, F = s.width, s.layers, s.width * s.ffn_mult
         per_layer = 4 * W + 3 * W * W + 3 * W + W * W + W + 2 * W * F + F + W
-        return d * W + W + L * per_layer + 2 * W + W + 1 + (m["positions"] * W if m["positional"] == "learned" else 0)
+        return d * W + W + L * per_layer + 2 * W + W + 1 + (s.positions * W if s.positional == "learned" else 0)
 
     @classmethod
     def cache_floats(cls, spec: dict) -> float:
@@ -131,8 +148,8 @@ class GPT(Model):
         """What a training step keeps for the backward pass, per token and layer about 8W + 2F
         floats (the fused attention keeps no tokens × tokens matrix; the gradients flowing back
         reuse what the layers above freed). The forward without gradients is chunked."""
-        m = spec["model"]
-        W, L, H, F = m["width"], m["layers"], m["heads"], m["width"] * m["ffn_mult"]
+        s = cls.settings(spec["model"])
+        W, L, H, F = s.width, s.layers, s.heads, s.width * s.ffn_mult
         return cls.tokens_needed(spec["prompts"]["N"]) * L * (8 * W + 2 * F + H)
 
     @classmethod
@@ -150,7 +167,8 @@ class GPT(Model):
     @classmethod
     def log_matrix_floats(cls, spec: dict) -> int:
         K = spec["tokens"].get("K") if spec["tokens"]["kind"] == "discrete" else 0
-        return spec["model"]["layers"] * spec["model"]["heads"] * (K or 0) ** 2
+        s = cls.settings(spec["model"])
+        return s.layers * s.heads * (K or 0) ** 2
 
     @classmethod
     def eval_bytes(cls, spec: dict, width: int = 1) -> int:

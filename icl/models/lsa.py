@@ -2,12 +2,25 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from icl.models.base import Batch, Model, init_rng, lazy_torch
 
 torch = lazy_torch(globals())
+
+
+@dataclass(frozen=True)
+class LSASettings:
+    """An LSA's settings, each defaulted here and nowhere else."""
+    init_scale: float = 0.3      # ZFB's σ: W^PV(0) = σ e e^T, W^KQ(0) = σ ΘΘ^T
+    init_noise: float = 0.0      # std of Gaussian noise added to every initial entry
+    heads: int = 1               # heads, their outputs summed (1: ZFB's single head)
+    separate_kq: bool = False    # separate key and query matrices (Zhang, Singh, Latham & Saxe 2025)
+    rank: int | None = None      # rows of W_K and W_Q with separate_kq (None: d+1)
+    # defaults the schema leaves out: filled in, they would enter every existing LSA run's id
+    unfilled = ("heads", "separate_kq", "rank")
 
 
 class LSA(Model):
@@ -35,6 +48,7 @@ class LSA(Model):
     """
 
     kind = "lsa"
+    Settings = LSASettings
     has_attention = False
     linear_attention = True
     linear_in_labels = True
@@ -43,32 +57,29 @@ class LSA(Model):
 
     def __init__(self, spec: dict, tokens):
         super().__init__(spec, tokens)
-        self.sigma = spec.get("init_scale", 0.3)
-        self.noise = spec.get("init_noise", 0.0)
-        self.heads = spec.get("heads") or 1
-        self.separate = bool(spec.get("separate_kq"))
-        self.rank = spec.get("rank") or self.d + 1
+        s = self.settings(spec)
+        self.sigma, self.noise, self.heads, self.separate = s.init_scale, s.init_noise, s.heads, s.separate_kq
+        self.rank = s.rank or self.d + 1
         self.legacy = self.heads == 1 and not self.separate       # ZFB's single merged head
 
     @classmethod
     def columns(cls, spec: dict) -> dict:
-        m = spec["model"]
-        sep = bool(m.get("separate_kq"))
-        return {"init_scale": m.get("init_scale"), "init_noise": m.get("init_noise"), "heads": m.get("heads") or 1,
-                "separate_kq": sep, "rank": (m.get("rank") or spec["tokens"]["d"] + 1) if sep else None}
+        s = cls.settings(spec["model"])
+        return {"init_scale": s.init_scale, "init_noise": s.init_noise, "heads": s.heads,
+                "separate_kq": s.separate_kq, "rank": (s.rank or spec["tokens"]["d"] + 1) if s.separate_kq else None}
 
     @classmethod
     def check(cls, model: dict, exp: dict) -> list[tuple[str, str]]:
-        D = exp["tokens"]["d"] + 1
+        D, s = exp["tokens"]["d"] + 1, cls.settings(model)
         out = []
-        if model.get("rank") is not None:
-            if not model.get("separate_kq"):
+        if s.rank is not None:
+            if not s.separate_kq:
                 out.append(("rank", "rank applies to separate key and query matrices only; allowed: set "
                                     "separate_kq: true, or leave rank out (a merged W^KQ is full (d+1)×(d+1))"))
-            elif model["rank"] > D:
-                out.append(("rank", f"{model['rank']} is larger than d+1 = {D} (token dimension plus the label "
+            elif s.rank > D:
+                out.append(("rank", f"{s.rank} is larger than d+1 = {D} (token dimension plus the label "
                                     f"slot); allowed: 1 to {D}"))
-        if model.get("separate_kq") and model.get("init_noise"):
+        if s.separate_kq and s.init_noise:
             out.append(("init_noise", "separate key and query matrices are drawn at random already (std "
                                       "init_scale/√(d+1)); init_noise applies to the merged form only; allowed: 0"))
         return out
@@ -80,17 +91,15 @@ class LSA(Model):
     @classmethod
     def step_floats(cls, spec: dict) -> float:
         """Per token e_t · W^KQ e_q (and the value products, per head), kept for the backward pass."""
-        m, T, D = spec["model"], spec["prompts"]["N"] + 1, spec["tokens"]["d"] + 1
-        H = m.get("heads") or 1
+        H, T, D = cls.settings(spec["model"]).heads, spec["prompts"]["N"] + 1, spec["tokens"]["d"] + 1
         return 3 * T * H + 3 * H * D
 
     @classmethod
     def n_params(cls, spec: dict) -> int:
-        m, D = spec["model"], spec["tokens"]["d"] + 1
-        H = m.get("heads") or 1
-        if m.get("separate_kq"):
-            return H * (2 * (m.get("rank") or D) * D + D)
-        return 2 * H * D * D
+        s, D = cls.settings(spec["model"]), spec["tokens"]["d"] + 1
+        if s.separate_kq:
+            return s.heads * (2 * (s.rank or D) * D + D)
+        return 2 * s.heads * D * D
 
     @classmethod
     def log_matrix_floats(cls, spec: dict) -> int:
@@ -98,10 +107,10 @@ class LSA(Model):
 
     @classmethod
     def eval_bytes(cls, spec: dict, width: int = 1) -> int:
-        m, D = spec["model"], spec["tokens"]["d"] + 1
-        if (m.get("heads") or 1) == 1 and not m.get("separate_kq"):
+        s, D = cls.settings(spec["model"]), spec["tokens"]["d"] + 1
+        if s.heads == 1 and not s.separate_kq:
             return super().eval_bytes(spec)
-        P, T, H = spec["evaluate"]["prompts"], max(spec["evaluate"]["lengths"]) + 1, m.get("heads") or 1
+        P, T, H = spec["evaluate"]["prompts"], max(spec["evaluate"]["lengths"]) + 1, s.heads
         return super().eval_bytes(spec) + 4 * P * (3 * T * H + 2 * H * D)
 
     def init(self, seeds, names, device, dtype=None) -> dict:

@@ -1,12 +1,22 @@
 """softmax_q (LDL eq. 6): the theory's model, only Q trained."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from icl.models.base import (Batch, Model, count_attention_logs, count_batch, lazy_torch, token_attention_logs,
                              tokens_are_features)
 
 torch = lazy_torch(globals())
 
 TINY = 1e-30     # a prompt's summed attention weights below this are recomputed in log space
+
+
+@dataclass(frozen=True)
+class SoftmaxQSettings:
+    """softmax_q's one setting of its own (the plan reads it: icl.plan.with_step)."""
+    lr_rule: str = "fixed"       # fixed: train at lr; clock: lr is the step at the reference setting
+    # a filled-in default would enter every existing softmax_q run's id
+    unfilled = ("lr_rule",)
 
 
 class SoftmaxQ(Model):
@@ -23,6 +33,7 @@ class SoftmaxQ(Model):
     """
 
     kind = "softmax_q"
+    Settings = SoftmaxQSettings
     linear_in_labels = True
     label_average = True
     mean_field = True
