@@ -22,7 +22,7 @@ REAL_COUNTER = C.PHASE_COUNTER                  # what icl.phases counts on the 
 def counter_that_separates(monkeypatch):
     """The phase claims' own logic is tested on a counter that tells flat from sharp; the real one
     does not (C.PHASE_COUNTER, test_phase_claims_read_inconclusive_where_the_counter_is_blind)."""
-    monkeypatch.setattr(C, "PHASE_COUNTER", {"mean_field": {"flat": 2, "sharp": 3}})
+    monkeypatch.setattr(C.phases, "PHASE_COUNTER", {"mean_field": {"flat": 2, "sharp": 3}})
 LSTAR = ldl.L_star(K, N, D)                     # 0.373
 SHAPE_LS = (0.1, 0.2, 0.3, 0.5, 1.0, 2.0)
 FIVE = (0, 1, 2, 3, 4)                          # a statistic over seeds is judged on at least five
@@ -308,7 +308,7 @@ def test_runs_on_the_measured_clock_are_not_failed_for_the_constant_inside_theta
     assert one(C.time_vs_L(setting(up), tcols=("t_rel_1e-2",)), "sharp, relative 1e-2")["verdict"] == FAILS
     assert one(C.time_vs_L(setting(on_clock(power=1.0, loss0_from_gap=False)), tcols=("t_rel_1e-2",)), "sharp, relative 1e-2")["verdict"] == FAILS
     # the old band, L²Δ² alone: the clock's runs read does not hold on both claims
-    monkeypatch.setattr(C, "gap_L", lambda g: g["L"].to_numpy(float))
+    monkeypatch.setattr(C.identities, "gap_L", lambda g: g["L"].to_numpy(float))
     assert one(C.phase_one(setting(clk)))["verdict"] == FAILS
     assert one(C.time_vs_L(setting(clk), tcols=("t_rel_1e-2",)), "sharp, relative 1e-2")["verdict"] == FAILS
     assert one(C.time_vs_L(setting(one_eps), tcols=("t_rel_1e-2",)), "sharp, relative 1e-2")["verdict"] == FAILS
@@ -320,7 +320,7 @@ def test_without_a_measured_gap_the_band_is_the_theorems_alone():
     df = runs(Ls=(0.5, 1.0, 2.0), seeds=FIVE)
     r = one(C.phase_one(setting(df)))
     assert r["verdict"] == HOLDS and "measured label gap" not in r["prediction"] and "= −2" in r["prediction"]
-    assert np.array_equal(C.gap_L(df.assign(eq4_ratio=np.nan)), df["L"].to_numpy(float))
+    assert np.array_equal(C.identities.gap_L(df.assign(eq4_ratio=np.nan)), df["L"].to_numpy(float))
 
 
 # ----------------------------------------------------------------------------- phases
@@ -369,7 +369,7 @@ def test_phase_boundary_against_delta(power, expect, monkeypatch):
     """Runs over L × Δ (five seeds) whose third phase appears above L_b(Δ) = 0.6 · (Δ/3)^power
     (two of the seeds one grid step later at Δ = 6, as seeds differ); with three seeds the slope
     is not judged."""
-    monkeypatch.setattr(C, "counter_blind", lambda df: None, raising=False)     # the counter's own validation is another test's
+    monkeypatch.setattr(C.phases, "counter_blind", lambda df: None, raising=False)     # the counter's own validation is another test's
     parts = []
     for Dl in (1.5, 3.0, 6.0):
         r = runs(Ls=(0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2), seeds=FIVE).assign(delta=Dl)
@@ -556,7 +556,7 @@ def test_a_count_of_phases_is_judged_as_the_share_of_runs_that_show_it(monkeypat
     [2, 2]. Judged as the share of runs with the predicted count, with its exact binomial
     interval: 9 of 9 holds ([0.66, 1] inside [½, 1]), 3 of 3 cannot ([0.29, 1]), 0 of 9 does not
     hold, and 3 of 9 is inconclusive."""
-    monkeypatch.setattr(C, "counter_blind", lambda df: None, raising=False)     # the counter's own validation is another test's
+    monkeypatch.setattr(C.phases, "counter_blind", lambda df: None, raising=False)     # the counter's own validation is another test's
     df = runs(kind="transformer_block")
     flat = one(C.phases_claim(setting(df)), "flat")
     assert flat["verdict"] == HOLDS and flat["value"] == 1.0
@@ -575,7 +575,7 @@ def test_the_transition_is_the_share_of_run_pairs_one_phase_apart(monkeypatch):
     """The issue's row: 3 runs on each side of L* that all count the same, '+0.00 [0, 0]', read
     does not hold; as 0 of 3 pairs one phase apart ([0, 0.71]) it is inconclusive, and 0 of 9 is
     a 'does not hold' a referee can sign."""
-    monkeypatch.setattr(C, "counter_blind", lambda df: None, raising=False)
+    monkeypatch.setattr(C.phases, "counter_blind", lambda df: None, raising=False)
     df = runs(kind="transformer_block")
     r = one(C.transition_at_Lstar(setting(df)))
     assert r["verdict"] == HOLDS and "9 of 9 flat/sharp run pairs one phase apart" in r["measurement"]
@@ -673,7 +673,7 @@ def test_phase_claims_read_inconclusive_where_the_counter_is_blind(monkeypatch):
     the counts, the phase claims on those kinds read inconclusive, saying why; a kind it separates
     is judged."""
     df = runs()
-    monkeypatch.setattr(C, "PHASE_COUNTER", REAL_COUNTER)
+    monkeypatch.setattr(C.phases, "PHASE_COUNTER", REAL_COUNTER)
     for rows in (C.phases_claim(setting(df)), C.transition_at_Lstar(setting(df))):
         assert rows and all(r["verdict"] == UNSURE and "does not tell flat from sharp" in r["reason"] for r in rows)
     block = df.assign(model_kind="transformer_block", optimizer="adam")
@@ -681,7 +681,7 @@ def test_phase_claims_read_inconclusive_where_the_counter_is_blind(monkeypatch):
     from icl.report_ldl import phase_note                # the LDL report says it, from the same table
     note = phase_note({"runs": df[["run_id", "model_kind"]], "summary": df[["run_id", "n_phases"]]})
     assert "third phase is not visible in its own mean-field limit" in note and "softmax_q" in note
-    monkeypatch.setattr(C, "PHASE_COUNTER", {**REAL_COUNTER, "softmax_q": {"flat": 2, "sharp": 3}})
+    monkeypatch.setattr(C.phases, "PHASE_COUNTER", {**REAL_COUNTER, "softmax_q": {"flat": 2, "sharp": 3}})
     assert not any("does not tell flat from sharp" in r["reason"] for r in C.phases_claim(setting(df)))
 
 

@@ -88,7 +88,7 @@ def test_layers_point_one_way():
 NAME_AS_DATA = {
     ("phases.py", '"softmax_q": {'): "PHASE_COUNTER: the phase counter's measured counts per kind",
     ("phases.py", '"transformer_block": {'): "PHASE_COUNTER: the phase counter's measured counts per kind",
-    ("claims/zfb.py", 'TRAINED_LSA = "lsa"'): "shift.parquet's predictor label of trained LSA rows",
+    ("claims/zfb/inputs.py", 'TRAINED_LSA = "lsa"'): "shift.parquet's predictor label of trained LSA rows",
 }
 
 
