@@ -3,9 +3,10 @@ bootstrap over seeds, the theory-clock collapse, and step-size stability classes
 
 All functions take the tidy tables (runs, summary, curves) and return tidy frames. The runs the
 verdicts leave out of a time claim are left out here too, and counted in the output: diverged,
-ended above their initial loss or memorised (exclude), never reached the
-threshold, crossed it within RESOLUTION optimisation steps (the step, not the dynamics, sets
-such a time), or, for an absolute threshold, started less than START_MARGIN times above it.
+ended above their initial loss or memorised (`exclude`, the claims' rule too: icl.claims.judge
+hands it on), never reached the threshold, crossed it within RESOLUTION optimisation steps (the
+step, not the dynamics, sets such a time), or, for an absolute threshold, started less than
+START_MARGIN times above it.
 """
 from __future__ import annotations
 
