@@ -1,7 +1,7 @@
 """The phase counter (icl/phases.py, summary.parquet's n_phases) on the theory's own curves: what
 it counts, per model or curve, in LDL's flat and sharp regimes. Prints the confusion table
-(model/curve × regime → the counts of phases over L and seeds) that the README's verdict section
-quotes, and the verdict it implies for icl.claims.ldl (PHASE_COUNTER_SEPARATES).
+(model/curve × regime → the counts of phases over L and seeds) that docs/claims.md
+quotes, and the verdict it implies for icl.claims.ldl (icl.phases.PHASE_COUNTER: its medians).
 
 The settings are the default config's (d = 15, K = 4, N = 100, Δ = 3, so L* = 1/(Δδ) = 0.373):
 - the cosine at one frequency c = 0.5 (ldl_cosine, LDL §6): softmax_q by GD at lr 5, the block by

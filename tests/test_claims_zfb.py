@@ -697,8 +697,8 @@ def test_limits_from_the_runs_table():
 
 
 def test_every_claim_docstring_states_its_rule():
-    """The README's verdict table is generated from these first paragraphs."""
-    readme = (REPO / "README.md").read_text()
+    """docs/claims.md's verdict table is generated from these first paragraphs."""
+    readme = (REPO / "docs" / "claims.md").read_text()
     for fn, _, _ in zfb.CLAIM_KINDS:
         first = " ".join(fn.__doc__.split("\n\n")[0].split())
         assert f"`zfb.{fn.__name__}` | {first} |" in readme, fn.__name__

@@ -1,6 +1,6 @@
 """config/paper.yaml end to end at its real shapes (d, K, N, width, layers, heads, test lengths),
 cut by `--config smoke=true` to a few epochs, the first seed and a few prompts: every experiment
-of the paper config from an empty results/ to its report, as the README shows the command."""
+of the paper config from an empty results/ to its report, as docs/performance.md shows the command."""
 import re
 import shutil
 import subprocess
@@ -18,8 +18,19 @@ PAPER = REPO / "config" / "paper.yaml"
 COMMAND = ".venv/bin/snakemake --cores 2 --configfile config/paper.yaml --config smoke=true"
 
 
-def test_the_readme_shows_the_smoke_command():
-    assert COMMAND in (REPO / "README.md").read_text()
+def test_the_docs_show_the_smoke_command():
+    assert COMMAND in (REPO / "docs" / "performance.md").read_text()
+
+
+def test_paper_config_has_every_default_experiment():
+    """config/paper.yaml is config.yaml at the papers' sizes: every default experiment is in it,
+    and docs/performance.md gives each one's estimated cost."""
+    default = load(str(REPO / "config.yaml"))["experiments"]
+    paper = load(str(PAPER))["experiments"]
+    assert sorted(default) == sorted(paper)
+    costs = (REPO / "docs" / "performance.md").read_text()
+    for name in paper:
+        assert re.search(rf"^{name} +\d+ +\d+ ", costs, re.M), f"no estimate of {name} in docs/performance.md"
 
 
 def test_smoke_keeps_every_shape_and_cuts_epochs_seeds_and_prompts():
@@ -47,7 +58,7 @@ def test_smoke_keeps_every_shape_and_cuts_epochs_seeds_and_prompts():
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
-    """The README's command in a fresh directory: about 5 minutes here (148 jobs, most of them a
+    """The command of docs/performance.md in a fresh directory: about 5 minutes here (148 jobs, most of them a
     Python start-up), so the test that reads it runs under `-m slow`, outside `make test`."""
     wd = tmp_path_factory.mktemp("paper")
     shutil.copytree(REPO / "config", wd / "config")

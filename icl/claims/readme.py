@@ -1,5 +1,6 @@
-"""The README's verdict table, made from the claim functions themselves (`icl claims`): what a
-reader sees is the first paragraph of the docstring of the function that judges the claim."""
+"""The verdict table of docs/claims.md, made from the claim functions themselves (`icl claims`):
+what a reader sees is the first paragraph of the docstring of the function that judges the claim.
+(It was the README's until issue 30 moved the reference into docs/; the names stayed.)"""
 from __future__ import annotations
 
 from icl.claims import ldl, zfb
@@ -7,7 +8,7 @@ from icl.claims import ldl, zfb
 
 def rules() -> dict[str, str]:
     """What each claim function judges, in the words of the first paragraph of its docstring: the
-    README's verdict table is this (`icl claims`), so the two cannot drift apart."""
+    verdict table of docs/claims.md is this (`icl claims`), so the two cannot drift apart."""
     out = {}
     for module in (ldl, zfb):
         for cid, fn in getattr(module, "RULES", {}).items():
@@ -16,7 +17,7 @@ def rules() -> dict[str, str]:
 
 
 def readme_table() -> str:
-    """The README's verdict table: claim id and the rule that judges it."""
+    """The verdict table of docs/claims.md: claim id and the rule that judges it."""
     lines = ["| claim_id | what is judged |", "|---|---|"]
     bar = "\\|"
     lines += [f"| `{cid}` | {text.replace('|', bar)} |" for cid, text in rules().items()]
