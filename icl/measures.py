@@ -189,6 +189,12 @@ def summary_table(sh: dict) -> pd.DataFrame:
         "diverged": sh["diverged_at"] >= 0,
         "diverged_epoch": pd.array(np.where(sh["diverged_at"] >= 0, sh["diverged_at"], None), dtype="Int64"),
     })
+    # the query's own error where the objective reads more positions (a GPT's `loss: all`, whose logs
+    # hold test_query_loss): the references below are at the query. The train side is the state
+    # training ended in, the trace's last epoch; elsewhere the objective is the query's error.
+    wider = "test_query_loss" in sh and "trace_query_loss" in sh
+    summ["final_query_train_loss"] = sh["trace_query_loss"][:, -1] if wider else summ["final_train_loss"]
+    summ["final_query_test_loss"] = sh["test_query_loss"][:, -1] if wider else summ["final_test_loss"]
     for key in ("uniform_train_loss", "uniform_test_loss", "oracle_test_loss"):
         summ[key] = sh[key] if key in sh else np.nan
     for prefix, xs, series in (("t_rel", REL_THRESHOLDS, ratio), ("t_abs", ABS_THRESHOLDS, tl)):

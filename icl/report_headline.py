@@ -89,6 +89,8 @@ def model_outcomes(tabs: dict, ldl: bool) -> list[dict]:
             loss, ref = ("final_train_loss", "uniform_train_loss") if ldl or "uniform_test_loss" not in ok \
                 else ("final_test_loss", "uniform_test_loss")
             what = "final train loss" if loss == "final_train_loss" else "final test loss"
+            if f"final_query_{loss[6:]}" in ok:      # at the query, where the reference is (a GPT's loss: all)
+                loss = f"final_query_{loss[6:]}"
             if ref in ok and ok[ref].notna().any():
                 ratio = ok[loss].astype(float) / ok[ref].astype(float)
                 reached.append(f"{what} {_spread(ratio)} uniform attention's after {epochs} epochs")

@@ -209,7 +209,7 @@ class ShardTraining:
             if seen is None:
                 train_loss, seen = self.model.loss(self.params, self.train)
             diag = self.model.diagnostics(self.params, self.train, seen)
-            values = {"train_loss": train_loss, "test_loss": self.model.loss(self.params, self.test)[0], **diag}
+            values = {"train_loss": train_loss, **self.model.test_losses(self.params, self.test), **diag}
             stage = curriculum_stage(self.runs[0]["spec"], epoch * self.steps_per_epoch)
             if stage:                 # the curriculum's dims and points at this epoch's first step
                 values.update({f"curriculum_{k}": torch.full((len(self.runs),), float(v)) for k, v in stage.items()})

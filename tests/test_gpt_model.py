@@ -153,7 +153,8 @@ def test_attention_diagnostics_per_layer_and_head():
     assert seen.shape == (2, 40, 3, 2, 12)                          # (R, B, layers, heads, N examples)
     torch.testing.assert_close(seen.sum(-1), torch.ones(2, 40, 3, 2, dtype=torch.float64))
     d = m.diagnostics(p, batch, seen)
-    assert set(d) == set(m.log_shapes()) == {"attn", "attn_own", "attn_entropy", "attn_knn"}
+    assert set(d) == {"attn", "attn_own", "attn_entropy", "attn_knn"}
+    assert set(m.log_shapes()) == set(d) | set(m.test_losses(p, batch)) - {"test_loss"}     # loss: all adds the query's
     assert d["attn"].shape == (2, 3, 2, 3, 3)
     torch.testing.assert_close(d["attn"].sum(-2), torch.ones(2, 3, 2, 3, dtype=torch.float64))  # over key features
     own = torch.diagonal(d["attn"][:, -1], dim1=-2, dim2=-1).mean(-1).mean(-1)     # last layer, mean over heads
@@ -239,3 +240,34 @@ def test_the_same_numbers_on_cuda():
     torch.testing.assert_close(loss_c.cpu(), loss, rtol=1e-9, atol=1e-12)
     for k in grads:
         torch.testing.assert_close(grads_c[k].cpu(), grads[k], rtol=1e-8, atol=1e-10)
+
+
+def test_the_query_loss_is_logged_beside_the_objective(tmp_path):
+    """A GPT trained on every x position (loss: all) is judged at the query, where uniform attention
+    and the oracle are measured: test_query_loss and the summary's final_query_*_loss are ½MSE at
+    the query of the final parameters, computed here with the plain module on the stored prompts;
+    the objective (mean over positions) stays test_loss. With loss: query the two are one column."""
+    from icl.data import read_dataset
+    from icl.tables import summary_table
+    from icl.train import train_shard
+    runs, paths = _experiment(tmp_path, {"kind": "discrete", "d": 4, "K": 3, "delta": 2.0})
+    sh = train_shard(runs, paths, str(tmp_path / "s.npz"))
+    summ = summary_table(sh).set_index("run_id")
+    m = GPT(runs[0]["spec"]["model"], 4)
+    params = {k[len("param_"):]: torch.from_numpy(v).double() for k, v in sh.items() if k.startswith("param_")}
+    for r, run in enumerate(runs):
+        z = read_dataset(paths[run["data_id"]])
+        ref = _reference(m, params, r)
+        for split in ("train", "test"):
+            x, y = (torch.from_numpy(np.asarray(z[f"{split}_{k}"], np.float64)) for k in ("x", "y"))
+            with torch.no_grad():
+                pred = ref(x, y)
+            query = 0.5 * float(((pred[:, -1] - y[:, -1]) ** 2).mean())
+            every = 0.5 * float(((pred - y) ** 2).mean())
+            assert summ.loc[run["run_id"], f"final_query_{split}_loss"] == pytest.approx(query, rel=1e-4)
+            assert summ.loc[run["run_id"], f"final_{split}_loss"] == pytest.approx(every, rel=1e-4)
+            assert abs(query - every) > 1e-3 * every             # the two differ: the check can tell them apart
+    runs, paths = _experiment(tmp_path / "q", {"kind": "discrete", "d": 4, "K": 3, "delta": 2.0}, loss="query")
+    summ = summary_table(train_shard(runs, paths, str(tmp_path / "q.npz")))
+    assert (summ["final_query_test_loss"] == summ["final_test_loss"]).all()
+    assert (summ["final_query_train_loss"] == summ["final_train_loss"]).all()

@@ -338,7 +338,8 @@ class Model:
         self.K = tokens.get("K") if tokens.get("kind") == "discrete" else None
 
     def log_shapes(self) -> dict:
-        """Per-run shape of every array `diagnostics` returns (the loop allocates the logs)."""
+        """Per-run shape of every array `diagnostics` and `test_losses` return beyond the standard
+        losses (the loop allocates the logs)."""
         if not self.has_attention:
             return {}
         out = {"attn_entropy": (), "attn_knn": ()}
@@ -378,6 +379,12 @@ class Model:
         last step's in `step_query_loss`, so the trace needs no second forward; equal to the
         objective for every kind whose loss reads the query only."""
         return Model.objective(self, pred, batch)
+
+    def test_losses(self, params, batch: Batch) -> dict:
+        """What the logs keep of the test prompts: the objective (`test_loss`). A kind whose objective
+        reads more than the query adds the query's own (`test_query_loss`, in its log_shapes): the
+        references a run is judged against (uniform attention, the feature oracle) are at the query."""
+        return {"test_loss": self.loss(params, batch)[0]}
 
     def diagnostics(self, params, batch: Batch, seen) -> dict:
         return token_attention_logs(seen, batch, self.K) if self.has_attention else {}

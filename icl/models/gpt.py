@@ -295,8 +295,14 @@ class GPT(Model):
 
     # ---- what it logs
 
+    def test_losses(self, params, batch: Batch) -> dict:
+        if not self.loss_all:
+            return super().test_losses(params, batch)
+        pred, _ = self.predict(params, batch)
+        return {"test_loss": self.objective(pred, batch), "test_query_loss": self.query_loss(pred, batch)}
+
     def log_shapes(self) -> dict:
-        out = {"attn_entropy": (), "attn_knn": ()}
+        out = {"attn_entropy": (), "attn_knn": (), **({"test_query_loss": ()} if self.loss_all else {})}
         if self.K:
             out.update({"attn_own": (), "attn": (self.layers, self.heads, self.K, self.K)})
         return out

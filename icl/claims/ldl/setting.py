@@ -78,14 +78,16 @@ def _empty(s: Setting, cid: str, why: str, pred: str = "—", group: str = "") -
 
 
 def learning(df: pd.DataFrame, extra=()) -> Gate:
-    """icl.claims.learned's gate for LDL's models: a run learned when its final train loss is at most
-    half of uniform attention's on its own training prompts (what needs no training; the train
-    side has no oracle, so the best reachable is taken as 0). A GPT trained on every x position
-    (loss: all) is compared by that objective, which is said; `extra` adds criteria."""
+    """icl.claims.learned's gate for LDL's models: a run learned when its final train loss at the
+    query is at most half of uniform attention's on its own training prompts (what needs no
+    training; the train side has no oracle, so the best reachable is taken as 0). A GPT trained on
+    every x position (loss: all) is judged by its error at the query, where the reference is, not
+    by the mean over positions it trained on; `extra` adds criteria."""
+    col = "final_query_train_loss" if "final_query_train_loss" in df else "final_train_loss"
     what = "final train loss"
     if "loss" in df and df["loss"].astype(str).eq("all").any():
-        what += " (the mean over every x position, the objective it trained on, against the query's)"
-    return gate(df, [below("final_train_loss", "uniform_train_loss", what)], extra)
+        what = "(at the query, not the mean over every x position it trained on) final train loss"
+    return gate(df, [below(col, "uniform_train_loss", what)], extra)
 
 
 def converged(df: pd.DataFrame) -> pd.Series:

@@ -45,7 +45,7 @@ def unseen_functions(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
         return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement=learned.note, reason=learned.none)]
     df = learned.kept
     uni, orc = df["uniform_test_loss"].astype(float), orc.reindex(df.index)
-    fin = df["final_test_loss"].astype(float)
+    fin = df["final_query_test_loss" if "final_query_test_loss" in df else "final_test_loss"].astype(float)
     share = ((uni - fin) / (uni - orc)).dropna().to_numpy()
     if not len(share):
         return [_empty(s, cid, "no run has a final test loss", pred)]
