@@ -159,7 +159,7 @@ EPILOG = """what a person runs by hand:
   icl check --estimate my.yaml   ... and its predicted training time and memory on this machine
   icl analyse results/EXP  re-judge an experiment's finished tables (slopes, stability, verdicts)
   icl timing [EXPERIMENT]  where the job time went, by step (after a snakemake run)
-  icl claims               every claim id and the rule that judges it (the README's verdict table)
+  icl claims               every claim id and the rule that judges it (docs/claims.md's verdict table)
 the other steps are what the workflow's rules call; `icl STEP --help` lists their arguments."""
 
 

@@ -189,6 +189,6 @@ def phase_note(tabs) -> str:
                    f"phase is not visible in its own mean-field limit.")
     if kinds:
         out.append(f"On the theory's own curves the counter counts the same number of phases in both regimes for "
-                   f"{', '.join(kinds)} (benchmarks/phase_counter.py; README, Verdicts), so the phase claims on "
+                   f"{', '.join(kinds)} (benchmarks/phase_counter.py; docs/claims.md), so the phase claims on "
                    f"{'it' if len(kinds) == 1 else 'them'} read inconclusive.")
     return " ".join(out)

@@ -11,7 +11,7 @@ import pandas as pd
 HOLDS, FAILS, UNSURE, NOT_TESTABLE = "holds", "does not hold", "inconclusive", "not testable"
 VERDICTS = (HOLDS, FAILS, UNSURE, NOT_TESTABLE)
 
-# stable ids (listed in README.md) and what each claims, in the papers' words
+# stable ids (listed in docs/claims.md) and what each claims, in the papers' words
 CLAIMS = {
     "ldl.attention_to_one": "after the loss converges, attention on the query's own feature → 1 (Prop. 1)",
     "ldl.offdiag_logits": "off-diagonal logits q_{k,k'} fall overall, more slowly than q_k rises, and oscillate (Props. 2-4)",
