@@ -109,12 +109,14 @@ def cmd_tables(args) -> None:
 def cmd_theory(args) -> None:
     from icl.provenance import stamp
     from icl.io import write_parquet
+    from icl.models import kinds
     from icl.theory.table import ldl_rows, lsa_rows, mean_field_rows
     pl = read_plan(args.plan)
     meta = stamp(pl["config_hash"])
     flat_max_L = (pl["config"].get("report") or {}).get("flat_max_L")
-    write_parquet(ldl_rows(pl["runs"], flat_max_L).merge(lsa_rows(pl["runs"]), on="run_id"), args.out, meta)
-    write_parquet(mean_field_rows(pl["runs"]), args.curves, meta)
+    mean_field = kinds("mean_field")
+    write_parquet(ldl_rows(pl["runs"], flat_max_L, mean_field).merge(lsa_rows(pl["runs"]), on="run_id"), args.out, meta)
+    write_parquet(mean_field_rows(pl["runs"], mean_field), args.curves, meta)
 
 
 def cmd_analyse(args) -> None:

@@ -15,6 +15,7 @@ from icl.data import ensure_datasets
 from icl.measures import summary_table
 from icl.plan import plan
 from icl.tables import runs_table
+from icl.models import kinds
 from icl.theory.table import ldl_rows
 from icl.train import train_shard
 
@@ -44,7 +45,7 @@ def train_at(every: int, tmp_path):
     summ = key.merge(summ, on="run_id").sort_values(["L", "seed"]).reset_index(drop=True)
     empty = pd.DataFrame({"run_id": pd.Series(dtype=str), "epoch": pd.Series(dtype=int),
                           "metric": pd.Series(dtype=str), "value": pd.Series(dtype=float)})
-    tabs = {"runs": table, "summary": summ.drop(columns=["L", "seed"]), "theory": ldl_rows(recs), "curves": empty,
+    tabs = {"runs": table, "summary": summ.drop(columns=["L", "seed"]), "theory": ldl_rows(recs, mean_field=kinds("mean_field")), "curves": empty,
             "theory_curves": empty}
     verdicts = claims.table("g", claims_ldl.verdicts(tabs, "sq"))
     return summ, verdicts

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 from icl.data import covariance, feature_probs, features
-from icl.models import kinds   # the kinds' traits: which runs a theory describes
 from icl.runtime import log_epochs
 from icl.tasks import family
 from icl.theory import ldl, lsa
@@ -14,13 +13,14 @@ from icl.theory.lsa import lsa_optimum, lsa_target  # noqa: F401  (here too: shi
 EPS = 1e-2   # the theorems' absolute accuracy ε used for T_star (unit constants)
 
 
-def ldl_rows(plan_runs: list[dict], flat_max_L: float | None = None) -> pd.DataFrame:
+def ldl_rows(plan_runs: list[dict], flat_max_L: float | None = None, mean_field: frozenset = frozenset()) -> pd.DataFrame:
     """LDL's predictions per run: L*, the flat/sharp split every table and figure uses (`L_split`,
     icl.theory.ldl.split: the config's report.flat_max_L, else L*) and the regime it gives, the
     time scales at unit constants, the collapse clock's rate, Eq. 4's label gap measured
     (`eq4_ratio`), and for softmax_q under GD how large
     one step is against the population loss's curvature (`mf_step`, icl.theory.ldl.mean_field_step:
-    where the mean-field curve makes a prediction)."""
+    where the mean-field curve makes a prediction). `mean_field`: the kinds with a mean-field limit
+    (icl.models.kinds("mean_field"), asked by the caller: the theory sits below the models)."""
     import pandas as pd   # here, not at the top: training jobs import lsa_optimum and never a table
     rows, memo = [], {}
     for r in plan_runs:
@@ -37,7 +37,7 @@ def ldl_rows(plan_runs: list[dict], flat_max_L: float | None = None) -> pd.DataF
                        T1=ldl.T1(K, eta, L, D),
                        T_star=(ldl.T_flat if reg == "flat" else ldl.T_sharp)(K, N, eta, L, D, EPS),
                        n_phases_pred=ldl.predicted_phases(reg), clock_per_epoch=clock_per_epoch(s),
-                       mf_step=mean_field_step(s, memo), eq4_ratio=eq4_ratio(s))
+                       mf_step=mean_field_step(s, memo, mean_field), eq4_ratio=eq4_ratio(s))
         rows.append(row)
     df = pd.DataFrame(rows)
     df["n_phases_pred"] = df["n_phases_pred"].astype("Int64")
@@ -45,12 +45,12 @@ def ldl_rows(plan_runs: list[dict], flat_max_L: float | None = None) -> pd.DataF
     return df
 
 
-def mean_field_step(spec: dict, memo: dict) -> float:
+def mean_field_step(spec: dict, memo: dict, mean_field: frozenset) -> float:
     """icl.theory.ldl.mean_field_step for a run of a mean-field kind (softmax_q) under GD whose task
     knows its label covariance (NaN otherwise); runs that share features, frequencies, task and η
     share it."""
     tok, task, model = spec["tokens"], spec["task"], spec["model"]
-    if not (model["kind"] in kinds("mean_field") and model["optimizer"] == "gd"):
+    if not (model["kind"] in mean_field and model["optimizer"] == "gd"):
         return np.nan
     V = features(tok, spec["seed"]).astype(float)
     C = family(task["kind"]).label_cov(task, V)
@@ -131,7 +131,7 @@ def train_counts(spec: dict) -> tuple[np.ndarray, np.ndarray]:
     return counts, feat[:, -1]
 
 
-def mean_field_rows(plan_runs: list[dict]) -> pd.DataFrame:
+def mean_field_rows(plan_runs: list[dict], mean_field: frozenset) -> pd.DataFrame:
     """LDL mean-field loss and own-attention for softmax_q runs on discrete tokens with GD, and the
     same flow on each run's own training prompts' feature counts (`mean_field_loss_sampled`, beside
     the balanced |V_k| = p_k N: the approximation's measured bias, which ldl.mean_field's band reads)."""
@@ -140,7 +140,7 @@ def mean_field_rows(plan_runs: list[dict]) -> pd.DataFrame:
     for r in plan_runs:
         s = r["spec"]
         tok, task, model = s["tokens"], s["task"], s["model"]
-        if not (model["kind"] in kinds("mean_field") and model["optimizer"] == "gd" and tok["kind"] == "discrete"):
+        if not (model["kind"] in mean_field and model["optimizer"] == "gd" and tok["kind"] == "discrete"):
             continue
         V = features(tok, s["seed"]).astype(float)
         C = family(task["kind"]).label_cov(task, V)
