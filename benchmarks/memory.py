@@ -18,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 
+import numpy as np
+
 LDL = {"tokens": {"kind": "discrete", "d": 15, "K": 4, "delta": 3.0}, "task": {"kind": "cosine", "L": 1.0, "c": 0.5},
        "prompts": {"N": 100, "train": 300, "test": 1000}}
 POLY = {"tokens": {"kind": "gaussian", "d": 30}, "task": {"kind": "polynomial", "L": 1.0},
@@ -73,6 +75,18 @@ def measure(name: str, runs: int) -> dict:
     if out.returncode:
         sys.exit(f"{name} with {runs} runs failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def per_run(name: str, repeats: int = 1) -> tuple[float, float]:
+    """(measured MB a run, estimated MB a run): the slope of the peak RSS between the workload's two
+    shard sizes, each size's peak the median of `repeats` fresh processes (a peak read once moves
+    with what else the machine does: beside other jobs one read 1.6x, another 0.64x the slope that
+    the same workloads read alone)."""
+    r1, r2 = WORKLOADS[name][3]
+    a = [measure(name, r1) for _ in range(repeats)]
+    b = [measure(name, r2) for _ in range(repeats)]
+    peak = lambda ms: float(np.median([m["peak_mb"] for m in ms]))
+    return (peak(b) - peak(a)) / (r2 - r1), a[0]["estimate_mb"]
 
 
 def main() -> None:
