@@ -222,6 +222,21 @@ def _problems(fig, boxes, renderer, tol) -> list[str]:
     return found
 
 
+def legend_below(ax, ncol: int = 3, fontsize: float = 7) -> None:
+    """The panel's legend in a strip under the figure, kept out of the panels by the layout, from
+    the artists drawn with a label: it never covers data, lists nothing that is not drawn, and costs
+    height, not width (two figures still fit side by side on the page)."""
+    fig = ax.get_figure()
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    ncol = min(ncol, len(handles))
+    lines = sum(max(lab.count("\n") + 1 for lab in labels[i:i + ncol]) for i in range(0, len(labels), ncol))
+    strip = (lines * fontsize * 1.4 + 8) / 72 / fig.get_figheight()
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=fontsize, frameon=False, borderaxespad=0.3)
+    fig.set_layout_engine("tight", rect=(0, strip, 1, 1))
+
+
 def thumbnail(png_b64: str) -> bytes:
     """The index's copy of a report figure: THUMB_WIDTH px wide in a THUMB_COLOURS-colour palette,
     about a tenth of the figure's bytes (the index holds ten of them and must stay light)."""

@@ -24,7 +24,8 @@ import yaml  # noqa: E402
 from jinja2 import Environment, FileSystemLoader, select_autoescape  # noqa: E402
 
 from icl import claims, report_headline, report_heads, report_ldl, report_zfb, tasks  # noqa: E402
-from icl.figures import QUALITATIVE, REFERENCE, Figure, draw_all, later, palette, png, report_layout, thumbnail  # noqa: E402
+from icl.figures import (QUALITATIVE, REFERENCE, Figure, draw_all, later, legend_below, palette, png,  # noqa: E402
+                         report_layout, thumbnail)
 from icl.files import atomic_path  # noqa: E402
 from icl.io import read_parquet  # noqa: E402
 from icl.provenance import code_hash, code_version, package_versions  # noqa: E402
@@ -69,15 +70,6 @@ def _per_setting(ax, df: pd.DataFrame, runs: pd.DataFrame, by: str, x: str, y: s
         ax.set_yscale("log")
 
 
-def legend_outside(ax, **kw) -> None:
-    """The panel's legend right of it, from the artists drawn with a label: it never covers data and
-    lists nothing that is not drawn."""
-    handles, labels = ax.get_legend_handles_labels()
-    if handles:
-        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
-                  fontsize=kw.pop("fontsize", 7), **kw)
-
-
 def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test: bool = False,
                 colours: dict | None = None, reference: pd.Series | None = None) -> Figure | None:
     """Train loss per L (or per another run column, `by`), median and min-max band over seeds (one
@@ -88,7 +80,7 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
     (figures.palette), so an L looks the same everywhere."""
     if not Ls:
         return None
-    fig, ax = plt.subplots(figsize=(6.6, 3.6))
+    fig, ax = plt.subplots(figsize=(5.2, 3.4 + 0.2 * -(-(len(Ls) + 3) // 3)))
     colours = colours or palette(Ls)
     mean_field = level = False
     for color, L in ((colours[float(L)], L) for L in Ls):
@@ -121,7 +113,7 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
     ax.set_ylabel(("train " if not test else "") + "loss ½E[(ŷ−y)²] (log)")
     keys = settings_of(runs[runs[by].isin(Ls)], by)
     ax.set_title(title + (f" (a line per {', '.join(keys)}: no band)" if keys else ""))
-    legend_outside(ax)
+    legend_below(ax)
     return png(fig)
 
 
@@ -130,7 +122,7 @@ def attention_scores_figure(attn, runs, L, K, tag: str = "") -> Figure:
     1/K, uniform attention's (what every score reads when nothing is learned), as a level."""
     mine = runs[runs["L"] == L]
     df = attn[attn["run_id"].isin(mine["run_id"]) & (attn["query_feature"] == 0)]
-    fig, ax = plt.subplots(figsize=(6.6, 3.6))
+    fig, ax = plt.subplots(figsize=(5.2, 4.0))
     pal = QUALITATIVE
     for k in range(K):
         lab = "Attn₁ (own)" if k == 0 else f"Attn_{{{k + 1},1}}"
@@ -140,7 +132,7 @@ def attention_scores_figure(attn, runs, L, K, tag: str = "") -> Figure:
     ax.set_xlabel("epoch")
     ax.set_ylabel("attention score")
     ax.set_title(f"attention of a v₁ query, L={L:g}{tag}")
-    legend_outside(ax)
+    legend_below(ax)
     return png(fig)
 
 
@@ -240,17 +232,18 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
 
 def attention_summary_figure(curves, runs, colours: dict) -> Figure:
     """For continuous tokens: attention entropy and the mass on the nearest 10% of tokens."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     Ls = sorted(runs["L"].dropna().unique()) or [None]
     for ax, metric, lab in ((axes[0], "attn_entropy", "attention entropy (nats)"),
                             (axes[1], "attn_knn", "mass on the nearest 10% of tokens")):
         for color, L in ((QUALITATIVE[0] if L is None else colours[float(L)], L) for L in Ls):
             ids = runs["run_id"] if L is None else runs.loc[runs["L"] == L, "run_id"]
             df = curves[curves["run_id"].isin(ids) & (curves["metric"] == metric)]
-            _band(ax, df, "epoch", "value", "all" if L is None else f"L={L:g}", color, log=False)
+            mine = runs if L is None else runs[runs["L"] == L]
+            _per_setting(ax, df, mine, "L", "epoch", "value", "all" if L is None else f"L={L:g}", color, log=False)
         ax.set_xlabel("epoch")
         ax.set_ylabel(lab)
-        ax.legend(fontsize=7)
+    legend_below(axes[1], ncol=4)
     fig.suptitle("attention summaries for continuous tokens", fontsize=10)
     return png(fig)
 

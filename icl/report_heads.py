@@ -95,7 +95,7 @@ def own_by_head_figure(attn, runs, L, tag: str = "") -> Figure | None:
         ax.set_title(f"layer {layer + 1}", fontsize=9)
         ax.set_xlabel("epoch")
     axes[0][0].set_ylabel("attention to own feature")
-    handles, labels = axes[0][-1].get_legend_handles_labels()
+    handles, labels = axes[0][-1].get_legend_handles_labels()           # right of the last panel: never over data
     axes[0][-1].legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     fig.suptitle(f"own-feature attention of every head (median over seeds), L={L:g}{tag}", fontsize=10)
     fig.set_layout_engine("tight")

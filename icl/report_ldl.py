@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from icl import fits
-from icl.figures import QUALITATIVE, Figure, later, palette, png
+from icl.figures import QUALITATIVE, Figure, later, legend_below, palette, png
 from icl.theory import ldl
 
 
@@ -33,7 +33,7 @@ def collapse_figure(tabs, model) -> Figure | None:
     cur["tau"] = cur["epoch"] * cur["clock_per_epoch"]
     cur["rel"] = cur["value"] / cur["loss0"]
     colours = palette(tabs["runs"]["L"])
-    fig, ax = plt.subplots(figsize=(7.2, 4.0))
+    fig, ax = plt.subplots(figsize=(5.2, 4.4 + 0.15 * (cur["L"].nunique() // 4)))
     for L in sorted(cur["L"].unique()):
         med = cur[cur["L"] == L].groupby("tau")["rel"].median()
         ax.plot(med.index, med.values, color=colours[float(L)], label=f"L={L:g}")
@@ -49,7 +49,7 @@ def collapse_figure(tabs, model) -> Figure | None:
     ax.set_xlabel("collapse clock τ = η‖v‖⁴·E[(f(v_n) − f(v_k))²]·t")
     ax.set_ylabel("train loss / loss₀ (median over seeds)")
     ax.set_title("every L on one clock: one curve if L only rescales time")
-    _legend_right(ax, fontsize=7)
+    legend_below(ax, ncol=4)
     return png(fig)
 
 
@@ -64,7 +64,7 @@ def slope_figure(tabs, model, tcol="t_rel_1e-2") -> Figure | None:
     df = df.assign(lr=fits.step_key(df))               # slopes.parquet's lr (lr_ref where the step follows the clock)
     keys = [k for k in sl.columns if k in df.columns and k not in ("model", "model_kind")]
     df = fits.groupable(df, keys)
-    fig, ax = plt.subplots(figsize=(7.6, 3.8))
+    fig, ax = plt.subplots(figsize=(5.2, 5.0))
     marks = dict(zip(sorted(sl["group"].unique()), "osD^v<>p*h"))
     for reg, color in (("flat", "C0"), ("sharp", "C3")):
         fitted, theory = [], []
@@ -99,7 +99,7 @@ def slope_figure(tabs, model, tcol="t_rel_1e-2") -> Figure | None:
     ax.set_xlabel("L (dotted: the flat/sharp split)")
     ax.set_ylabel(f"{tcol} (epochs)")
     ax.set_title("convergence time against L")
-    _legend_right(ax, fontsize=6)
+    legend_below(ax, ncol=1, fontsize=6)
     return png(fig)
 
 
@@ -120,18 +120,11 @@ def theory_label(regime: str, tcol: str, slope: str) -> str:
     return f"theory slope {slope}\n({why}; each run's ε, η)"
 
 
-def _legend_right(ax, fontsize=7) -> None:
-    """The panel's legend right of it, from the artists drawn with a label (never over the data)."""
-    handles, labels = ax.get_legend_handles_labels()
-    if handles:
-        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=fontsize)
-
-
 def stability_figure(tabs, model) -> Figure | None:
     st = tabs["stability"][tabs["stability"]["model"] == model]
     if st.empty or st["lrs_tried"].max() < 2:
         return None
-    fig, ax = plt.subplots(figsize=(7.6, 3.6))
+    fig, ax = plt.subplots(figsize=(5.2, 3.8 + 0.15 * 2 * st["group"].nunique()))
     for (group, g), color in zip(st.groupby("group", sort=True), QUALITATIVE):
         tag = f" ({group})" if group else ""
         ax.plot(g["L"], g["max_stable_lr"], "o-", color=color,
@@ -145,7 +138,7 @@ def stability_figure(tabs, model) -> Figure | None:
     ax.set_xlabel("L (dotted: the flat/sharp split)")
     ax.set_ylabel("learning rate")
     ax.set_title("step-size stability")
-    _legend_right(ax, fontsize=6)
+    legend_below(ax, ncol=1, fontsize=6)
     return png(fig)
 
 
