@@ -134,7 +134,8 @@ def _drawn(fig) -> tuple[str, str, list[str]]:
 def tidy(fig) -> None:
     """What every figure needs before it is drawn: long titles wrapped to their panel's width, and
     log axes labelled at whole decades only (minor labels such as 3×10⁰ and 4×10⁰ collide), with
-    1-2-5 labels where an axis spans under two decades and would otherwise show one label or none."""
+    short 1-2-5 labels where an axis spans under two decades and would otherwise show one label or
+    none, and a few plain steps under half a decade (matplotlib's fallback there labels every 0.5)."""
     for ax in fig.axes:
         _wrap(ax.title, ax.get_position().width * fig.get_figwidth())
         for axis, lim in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
@@ -142,9 +143,14 @@ def tidy(fig) -> None:
                 continue
             axis.set_minor_formatter(mticker.NullFormatter())
             lo, hi = sorted(lim)
-            if lo > 0 and np.log10(hi / lo) < 2:
+            if lo <= 0 or np.log10(hi / lo) >= 2:
+                continue
+            short = mticker.FuncFormatter(lambda v, _: f"{v:.3g}")     # "5.5", not "5.5×10⁰"
+            if np.log10(hi / lo) < 0.5:        # too narrow for 1-2-5: a few plain steps
+                axis.set_major_locator(mticker.MaxNLocator(nbins=4, steps=[1, 2, 2.5, 5, 10]))
+            else:
                 axis.set_major_locator(mticker.LogLocator(subs=(1.0, 2.0, 5.0)))
-                axis.set_major_formatter(mticker.LogFormatterSciNotation(labelOnlyBase=False))
+            axis.set_major_formatter(short)
     if fig._suptitle is not None:
         _wrap(fig._suptitle, fig.get_figwidth())
 

@@ -215,13 +215,14 @@ def test_layout_check_passes_a_clean_figure_and_fails_broken_ones():
 def test_log_axis_minor_labels_collide_untidied_and_not_tidied():
     """A log axis spanning under a decade labels its minor ticks (3×10⁰4×10⁰ ran together); tidy
     labels 1-2-5 majors only."""
-    def narrow():
+    def narrow(lo=2.1, hi=9.5):
         fig, ax = plt.subplots(figsize=(2.2, 2))
-        ax.plot([2.1, 9.5], [1, 2])
+        ax.plot([lo, hi], [1, 2])
         ax.set_xscale("log")
         return fig
     assert any("x tick" in p and "overlaps" in p for p in _checked(narrow(), tidied=False))
     assert _checked(narrow()) == []
+    assert _checked(narrow(5, 8)) == []             # under half a decade: a few plain steps
 
 
 def test_long_titles_are_wrapped_to_their_panel():
