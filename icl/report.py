@@ -70,6 +70,12 @@ def _per_setting(ax, df: pd.DataFrame, runs: pd.DataFrame, by: str, x: str, y: s
         ax.set_yscale("log")
 
 
+def wide_objective(runs: pd.DataFrame) -> bool:
+    """Whether runs train on the error at every x position (a GPT's `loss: all`): their train loss
+    is not the query's error that uniform attention's level and the learning gate are about."""
+    return "loss" in runs and runs["loss"].astype(str).eq("all").any()
+
+
 def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test: bool = False,
                 colours: dict | None = None, reference: pd.Series | None = None) -> Figure | None:
     """Train loss per L (or per another run column, `by`), median and min-max band over seeds (one
@@ -82,7 +88,7 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
         return None
     fig, ax = plt.subplots(figsize=(5.2, 3.4 + 0.2 * -(-(len(Ls) + 3) // 3)))
     colours = colours or palette(Ls)
-    mean_field = level = False
+    mean_field = level = at_query = not_comparable = False
     for color, L in ((colours[float(L)], L) for L in Ls):
         mine = runs[runs[by] == L]
         ids = mine["run_id"]
@@ -99,6 +105,14 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
                 ax.plot(med.index, med.values, color=color, ls="--", lw=1.1)
                 mean_field = True
         ref = reference.reindex(ids).dropna() if reference is not None else pd.Series(dtype=float)
+        if wide_objective(mine):          # the curve averages every x position; uniform attention's is the query's
+            q = curves[curves["run_id"].isin(ids) & (curves["metric"] == "test_query_loss")].groupby("epoch")["value"]
+            if len(q):
+                med = q.median()
+                ax.plot(med.index, med.values, color=color, ls=(0, (1, 1)), lw=1.3, gid=f"{by}={L:g} query median")
+                at_query = True
+            else:
+                ref, not_comparable = ref.iloc[:0], True
         if len(ref) and len(df):
             ax.plot([df["epoch"].min(), df["epoch"].max()], [ref.median()] * 2, **{**REFERENCE, "color": color},
                     gid=f"{by}={L:g} uniform attention")
@@ -107,12 +121,16 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
         ax.plot([], [], color="grey", ls="--", label="mean field (LDL Lemma 2)")
     if test:
         ax.plot([], [], color="grey", ls=":", label="test loss, fresh prompts (median)")
+    if at_query:
+        ax.plot([], [], color="grey", ls=(0, (1, 1)), lw=1.3, label="test loss at the query (median)")
     if level:
-        ax.plot([], [], **REFERENCE, label="uniform attention's loss\n(= nothing learned)")
+        ax.plot([], [], **REFERENCE, label="uniform attention's loss at the query\n(= nothing learned)")
     ax.set_xlabel("epoch")
     ax.set_ylabel(("train " if not test else "") + "loss ½E[(ŷ−y)²] (log)")
     keys = settings_of(runs[runs[by].isin(Ls)], by)
-    ax.set_title(title + (f" (a line per {', '.join(keys)}: no band)" if keys else ""))
+    ax.set_title(title + (f" (a line per {', '.join(keys)}: no band)" if keys else "")
+                 + (" — trained on every x position: uniform attention's level, the query's, not drawn"
+                    if not_comparable else ""), fontsize=10)
     legend_below(ax)
     return png(fig)
 
@@ -206,7 +224,7 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
     attn = tables["attention"](ids) if ids else pd.DataFrame()
     if not Ks and curves["metric"].isin(["attn_entropy", "attn_knn"]).any():   # continuous tokens
         figs.append(later(attention_summary_figure, curves, r, palette(tables["runs"]["L"])))
-    maps = []
+    maps, key = [], None
     if len(attn):
         epochs_all = sorted(attn["epoch"].unique().tolist())
         heads = report_heads.has_heads(attn)            # several layers or heads: the last layer's mean here
@@ -215,6 +233,7 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
             tag = f", K={K}" if len(Ks) > 1 else ""
             which = tag + (" (last layer, mean of its heads)" if heads else "")
             figs.append(later(attention_scores_figure, mean, rk, L, int(K), which))
+            key = key or figs[-1]                       # 1/K drawn: the figure that cannot read as learned
             maps.append(later(attention_maps_figure, mean, rk, L, epochs_all, which))
             if heads:
                 maps += [later(report_heads.head_maps_figure, attn, rk, L, tag),
@@ -223,11 +242,11 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
         how += f"; {n_div} diverged run(s) left out of these figures (listed above)"
     if not ldl:
         return {"name": name, "kind": r["model_kind"].iloc[0], "optimizer": r["optimizer"].iloc[0],
-                "split": how, "figures": figs, "maps": maps, "theory_figures": []}
+                "split": how, "figures": figs, "maps": maps, "theory_figures": [], "key": key}
     theory_figs = [later(report_ldl.collapse_figure, tables, name), later(report_ldl.slope_figure, tables, name),
                    later(report_ldl.stability_figure, tables, name), *report_ldl.phase_diagram_figures(tables, name)]
     return {"name": name, "kind": r["model_kind"].iloc[0], "optimizer": r["optimizer"].iloc[0],
-            "split": how, "figures": figs, "maps": maps, "theory_figures": theory_figs}
+            "split": how, "figures": figs, "maps": maps, "theory_figures": theory_figs, "key": key}
 
 
 def attention_summary_figure(curves, runs, colours: dict) -> Figure:
@@ -281,13 +300,14 @@ def claim_robustness(verdicts: pd.DataFrame) -> dict[str, dict]:
 
 def key_figure(sections: list[dict], zfb: dict | None, models: list[dict] = ()) -> Figure | None:
     """The figure the index shows for an experiment: ZFB's error under shift, else the first loss
-    figure — of the first model the headline calls "not learned" where there is one, as that loss
-    figure draws uniform attention's level, on which such a model's curve ends (a curve falling
-    100× alone would read as success)."""
+    figure — for the first model the headline calls "not learned", where there is one, its figure
+    drawn against a level that reads "nothing learned" (section `key`: the attention scores with
+    1/K, else its loss with uniform attention's), as a loss falling 100× alone reads as success."""
     stuck = [m["model"] for m in models if m.get("status") == "not learned"]
     pick = [s for s in sections if s["name"] in stuck][:1] or sections
     figs = (zfb or {}).get("figures") if not stuck else None
-    figs = figs or [f for s in pick for f in s["figures"]] or [f for s in sections for f in s["figures"]]
+    figs = figs or [s.get("key") for s in pick if s.get("key")] or [f for s in pick for f in s["figures"]] \
+        or [f for s in sections for f in s["figures"]]
     return figs[0] if figs else None
 
 

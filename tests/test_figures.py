@@ -272,6 +272,26 @@ def test_thumbnail_is_small_and_key_figure_follows_the_headline():
     assert key_figure(sections, None, [{"model": "ok", "status": "learned"}]) is a
     assert key_figure(sections, {"figures": [z]}, [{"model": "ok", "status": "learned"}]) is z
     assert key_figure(sections, {"figures": [z]}, [{"model": "stuck", "status": "not learned"}]) is b
+    sections[1]["key"] = c = later(line_figure, 4.0)           # its attention against 1/K, where it has one
+    assert key_figure(sections, {"figures": [z]}, [{"model": "stuck", "status": "not learned"}]) is c
+
+
+def test_no_uniform_level_against_an_objective_over_every_position():
+    """A GPT trained on every x position (loss: all): its train loss is not the query's error, so
+    uniform attention's level (the query's) is drawn only against its test loss at the query."""
+    from icl import report
+    runs = pd.DataFrame({"run_id": ["a", "b"], "L": 0.2, "seed": [0, 1], "model": "g", "lr": 0.1, "loss": "all"})
+    curves = pd.DataFrame([{"run_id": r, "epoch": e, "metric": "train_loss", "value": 1 / (1 + e)}
+                           for r in "ab" for e in range(5)])
+    uniform = pd.Series([0.5, 0.5], index=["a", "b"])
+    def series(curves):
+        f = report.loss_figure(curves, runs, [0.2], "(a) loss", reference=uniform)
+        return set(pd.read_csv(io.StringIO(base64.b64decode(f.csv).decode()))["series"]), f
+    drawn, f = series(curves)
+    assert "L=0.2 uniform attention" not in drawn and f.problems == []
+    query = curves.assign(metric="test_query_loss")
+    drawn, _ = series(pd.concat([curves, query]))
+    assert {"L=0.2 uniform attention", "L=0.2 query median"} <= drawn
 
 
 def test_report_layout_logs_every_problem():
