@@ -200,10 +200,29 @@ def _covered_points(ax, box) -> int:
     return int(((p[:, 0] > box.x0) & (p[:, 0] < box.x1) & (p[:, 1] > box.y0) & (p[:, 1] < box.y1)).sum())
 
 
+def _style(line) -> tuple:
+    """What tells a line apart in a legend: its dash pattern and marker (not its colour: a legend
+    entry is often a grey stand-in for lines drawn in colour)."""
+    _, dashes = getattr(line, "_unscaled_dash_pattern", (0, None))
+    marker = line.get_marker() if line.get_marker() not in (None, "None", "", " ") else ""
+    return marker, tuple(np.round(dashes, 2)) if dashes else ()
+
+
+def undrawn_entries(fig) -> list[str]:
+    """Legend entries (lines) whose style no line drawn in the figure has: a legend that lists a
+    curve that is not there (a mean-field entry where no mean-field curve was drawn)."""
+    drawn = {_style(line) for ax in fig.axes for line in ax.get_lines() if line.get_visible()
+             and len(line.get_xdata()) and (line.get_alpha() is None or line.get_alpha() > 0)}
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend() is not None)]
+    return [f"legend lists {text.get_text()!r}, drawn nowhere" for leg in legends
+            for handle, text in zip(leg.legend_handles, leg.get_texts())
+            if isinstance(handle, matplotlib.lines.Line2D) and _style(handle) not in drawn]
+
+
 def layout_problems(fig, tol: float = 1.0) -> list[str]:
     """What a reader could not read in the drawn figure, as sentences (empty when none): a text or
     legend that leaves the figure, two that overlap (titles, axis labels, tick labels, legends,
-    colour bars), a legend over data points. Read from the boxes matplotlib drew (call after a
+    colour bars), a legend over data points, a legend entry for a line drawn nowhere. Read from the boxes matplotlib drew (call after a
     draw), so it checks the PNG, not an estimate."""
     renderer = fig.canvas.get_renderer()
     boxes = _text_boxes(fig, renderer)
@@ -225,7 +244,7 @@ def _problems(fig, boxes, renderer, tol) -> list[str]:
             n = _covered_points(ax, leg.get_window_extent(renderer))
             if n:
                 found.append(f"{(ax.get_title() or 'a panel')[:40]}: legend covers {n} data point(s)")
-    return found
+    return found + undrawn_entries(fig)
 
 
 def legend_below(ax, ncol: int = 3, fontsize: float = 7) -> None:

@@ -212,6 +212,21 @@ def test_layout_check_passes_a_clean_figure_and_fails_broken_ones():
     assert any("y label overlaps" in p and "y tick" in p for p in _checked(fig))
 
 
+def test_a_legend_entry_for_a_curve_drawn_nowhere_is_caught():
+    """A dashed "mean field" entry with no dashed line drawn (the block's loss figure listed one);
+    with the dashed line drawn, in another colour, it passes."""
+    def figure(with_curve: bool):
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        ax.plot([0, 1], [1, 2], color="C0", label="L=0.1")
+        if with_curve:
+            ax.plot([0, 1], [1, 1.5], color="C0", ls="--")
+        ax.plot([], [], color="grey", ls="--", label="mean field")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
+        return fig
+    assert any("legend lists 'mean field', drawn nowhere" in p for p in _checked(figure(False)))
+    assert _checked(figure(True)) == []
+
+
 def test_log_axis_minor_labels_collide_untidied_and_not_tidied():
     """A log axis spanning under a decade labels its minor ticks (3×10⁰4×10⁰ ran together); tidy
     labels 1-2-5 majors only."""
@@ -241,7 +256,8 @@ def test_report_figures_on_synthetic_tables_read_clean():
     curves = pd.DataFrame([{"run_id": r, "epoch": e, "metric": "train_loss", "value": (1 + (r in "cd")) / (1 + e)}
                            for r in "abcd" for e in range(20)])
     uniform = pd.Series([0.5, 0.5, 1.0, 1.0], index=list("abcd"))
-    f = report.loss_figure(curves, runs, [0.2], "(a) loss", reference=uniform)
+    others = pd.DataFrame({"run_id": "z", "epoch": [0, 1], "metric": "mean_field_loss", "value": 1.0})
+    f = report.loss_figure(curves, runs, [0.2], "(a) loss", others, reference=uniform)   # no mean field of these runs
     rows = pd.read_csv(io.StringIO(base64.b64decode(f.csv).decode()))
     assert f.problems == [] and "(a line per delta: no band)" in rows["panel"].iloc[0]
     assert {"L=0.2, delta=1 median", "L=0.2, delta=3 median"} <= set(rows["series"])       # a line per Δ
