@@ -5,11 +5,14 @@ from __future__ import annotations
 import base64
 import functools
 import io
+import sys
+import textwrap
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker as mticker  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
@@ -17,6 +20,9 @@ import seaborn as sns  # noqa: E402
 from icl.parallel import Forked  # noqa: E402
 
 QUALITATIVE = sns.color_palette("colorblind")   # for unordered things (models, features, baselines)
+REFERENCE = dict(color="0.45", ls=(0, (4, 2, 1, 2)), lw=1.0)   # a reference level: what "nothing learned" reads
+THUMB_WIDTH = 400     # px of the index's copy of a key figure (shown 300 px wide)
+THUMB_COLOURS = 64    # its palette: ten thumbnails stay well under the index's 300 KB
 
 
 def palette(values) -> dict:
@@ -35,6 +41,7 @@ class Figure:
     def __init__(self, fig=None, build=None):
         self.fig, self.build = fig, build
         self._png = self._csv = None
+        self.problems: list[str] = []       # layout_problems of the drawn figure
 
     def __str__(self) -> str:
         if self._png is None:
@@ -49,21 +56,22 @@ class Figure:
         str(self)
         return self._csv
 
-    def render(self) -> tuple[str, str]:
-        """(base64 PNG, base64 CSV), built first if made `later`; ("", "") if nothing to draw."""
+    def render(self) -> tuple[str, str, list[str]]:
+        """(base64 PNG, base64 CSV, layout problems), built first if made `later`; ("", "", []) if
+        nothing to draw."""
         fig = self.fig
         if self.build is not None:
             made = self.build()
             if made is None:
-                return "", ""
+                return "", "", []
             fig = made.fig
         try:
             return _drawn(fig)
         finally:
             plt.close(fig)      # long reports do not pile up figures
 
-    def done(self, png_b64: str, csv_b64: str) -> None:
-        self._png, self._csv = png_b64, csv_b64
+    def done(self, png_b64: str, csv_b64: str, problems: list[str] = ()) -> None:
+        self._png, self._csv, self.problems = png_b64, csv_b64, list(problems)
         if self.fig is not None:
             plt.close(self.fig)
 
@@ -110,14 +118,172 @@ def drawn_rows(fig) -> pd.DataFrame:
     return rows.loc[:, rows.notna().any() | rows.columns.isin(["panel", "series", "x", "y"])]   # no all-empty column
 
 
-def _drawn(fig) -> tuple[str, str]:
-    """(base64 PNG, base64 CSV of the drawn rows) of a figure."""
+def _drawn(fig) -> tuple[str, str, list[str]]:
+    """(base64 PNG, base64 CSV of the drawn rows, layout problems) of a figure, tidied first."""
     buf = io.BytesIO()
     if fig.get_layout_engine() is None:     # laid out once as it is drawn; bbox_inches="tight" draws twice
         fig.set_layout_engine("tight")
-    fig.savefig(buf, format="png", dpi=110)
+    tidy(fig)
+    fig.set_dpi(110)                        # drawn at the dpi it is saved at: the boxes checked are the PNG's
+    fig.savefig(buf, format="png", dpi=110)     # not "figure": that is the dpi the figure was made with
     return (base64.b64encode(buf.getvalue()).decode(),
-            base64.b64encode(drawn_rows(fig).to_csv(index=False, float_format="%.6g").encode()).decode())
+            base64.b64encode(drawn_rows(fig).to_csv(index=False, float_format="%.6g").encode()).decode(),
+            layout_problems(fig))
+
+
+def tidy(fig) -> None:
+    """What every figure needs before it is drawn: long titles wrapped to their panel's width, and
+    log axes labelled at whole decades only (minor labels such as 3×10⁰ and 4×10⁰ collide), with
+    short 1-2-5 labels where an axis spans under two decades and would otherwise show one label or
+    none, and a few plain steps under half a decade (matplotlib's fallback there labels every 0.5)."""
+    for ax in fig.axes:
+        _wrap(ax.title, ax.get_position().width * fig.get_figwidth())
+        for axis, lim in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            if axis.get_scale() != "log":
+                continue
+            axis.set_minor_formatter(mticker.NullFormatter())
+            lo, hi = sorted(lim)
+            if lo <= 0 or np.log10(hi / lo) >= 2:
+                continue
+            short = mticker.FuncFormatter(lambda v, _: f"{v:.3g}")     # "5.5", not "5.5×10⁰"
+            if np.log10(hi / lo) < 0.5:        # too narrow for 1-2-5: a few plain steps
+                axis.set_major_locator(mticker.MaxNLocator(nbins=4, steps=[1, 2, 2.5, 5, 10]))
+            else:
+                axis.set_major_locator(mticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(short)
+    if fig._suptitle is not None:
+        _wrap(fig._suptitle, fig.get_figwidth())
+
+
+def _wrap(text, inches: float) -> None:
+    """Wrap a title to `inches` (an average glyph is about 0.55 of the font size wide)."""
+    width = max(12, int(inches * 72 / (0.55 * text.get_fontsize())))
+    if text.get_text() and "\n" not in text.get_text():
+        text.set_text(textwrap.fill(text.get_text(), width))
+
+
+def _text_boxes(fig, renderer) -> list[tuple[str, object]]:
+    """(what, display box) of every text a reader must read: the figure's title and legends, and of
+    each panel (colour bars included: they are axes) its titles, axis labels, drawn tick labels and legend."""
+    out = [("figure title", fig._suptitle)] if fig._suptitle is not None else []
+    out += [("figure legend", leg) for leg in fig.legends]
+    for n, ax in enumerate(fig.axes):
+        if not ax.get_visible() or not ax.axison:
+            continue
+        name = (ax.get_title() or f"panel {n + 1}").replace("\n", " ")[:40]
+        out += [(f"{name}: title", t) for t in (ax.title, ax._left_title, ax._right_title)]
+        for xy, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+            out.append((f"{name}: {xy} label", axis.label))
+            for tick in axis._update_ticks():      # the ticks drawn (inside the view), not every located one
+                out += [(f"{name}: {xy} tick {lab.get_text()}", lab) for lab in (tick.label1, tick.label2)]
+        if ax.get_legend() is not None:
+            out.append((f"{name}: legend", ax.get_legend()))
+    return [(what, a.get_window_extent(renderer)) for what, a in out
+            if a.get_visible() and (not hasattr(a, "get_text") or a.get_text().strip())]
+
+
+def _overlap(a, b) -> float:
+    """Area (px²) two display boxes share."""
+    return max(0.0, min(a.x1, b.x1) - max(a.x0, b.x0)) * max(0.0, min(a.y1, b.y1) - max(a.y0, b.y0))
+
+
+def _covered_points(ax, box) -> int:
+    """How many of a panel's drawn data points (line vertices, scatter points) lie inside `box`."""
+    pts = [line.get_transform().transform(line.get_xydata()) for line in ax.get_lines()
+           if line.get_visible() and (line.get_alpha() is None or line.get_alpha() > 0) and len(line.get_xydata())]
+    pts += [c.get_offset_transform().transform(c.get_offsets()) for c in ax.collections
+            if c.get_visible() and hasattr(c, "get_sizes") and len(c.get_sizes()) and len(c.get_offsets())]
+    if not pts:
+        return 0
+    p = np.concatenate(pts)
+    p = p[np.isfinite(p).all(1)]
+    return int(((p[:, 0] > box.x0) & (p[:, 0] < box.x1) & (p[:, 1] > box.y0) & (p[:, 1] < box.y1)).sum())
+
+
+def _style(line) -> tuple:
+    """What tells a line apart in a legend: its dash pattern and marker (not its colour: a legend
+    entry is often a grey stand-in for lines drawn in colour)."""
+    _, dashes = getattr(line, "_unscaled_dash_pattern", (0, None))
+    marker = line.get_marker() if line.get_marker() not in (None, "None", "", " ") else ""
+    return marker, tuple(np.round(dashes, 2)) if dashes else ()
+
+
+def undrawn_entries(fig) -> list[str]:
+    """Legend entries (lines) whose style no line drawn in the figure has: a legend that lists a
+    curve that is not there (a mean-field entry where no mean-field curve was drawn)."""
+    drawn = {_style(line) for ax in fig.axes for line in ax.get_lines() if line.get_visible()
+             and len(line.get_xdata()) and (line.get_alpha() is None or line.get_alpha() > 0)}
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend() is not None)]
+    return [f"legend lists {text.get_text()!r}, drawn nowhere" for leg in legends
+            for handle, text in zip(leg.legend_handles, leg.get_texts())
+            if isinstance(handle, matplotlib.lines.Line2D) and _style(handle) not in drawn]
+
+
+def layout_problems(fig, tol: float = 1.0) -> list[str]:
+    """What a reader could not read in the drawn figure, as sentences (empty when none): a text or
+    legend that leaves the figure, two that overlap (titles, axis labels, tick labels, legends,
+    colour bars), a legend over data points, a legend entry for a line drawn nowhere. Read from the boxes matplotlib drew (call after a
+    draw), so it checks the PNG, not an estimate."""
+    renderer = fig.canvas.get_renderer()
+    boxes = _text_boxes(fig, renderer)
+    name = (fig._suptitle.get_text() if fig._suptitle is not None else "") or \
+        next((ax.get_title() for ax in fig.axes if ax.get_title()), "a figure")
+    return [f"[{name[:50]}] {p}".replace("\n", " ") for p in _problems(fig, boxes, renderer, tol)]
+
+
+def _problems(fig, boxes, renderer, tol) -> list[str]:
+    """layout_problems' findings in one figure."""
+    page = fig.bbox
+    found = [f"{what} leaves the figure" for what, b in boxes
+             if b.x0 < page.x0 - tol or b.y0 < page.y0 - tol or b.x1 > page.x1 + tol or b.y1 > page.y1 + tol]
+    for i, (wa, a) in enumerate(boxes):
+        found += [f"{wa} overlaps {wb}" for wb, b in boxes[i + 1:] if _overlap(a, b) > tol * tol]
+    for ax in fig.axes:
+        leg = ax.get_legend()
+        if leg is not None and leg.get_visible():
+            n = _covered_points(ax, leg.get_window_extent(renderer))
+            if n:
+                found.append(f"{(ax.get_title() or 'a panel')[:40]}: legend covers {n} data point(s)")
+    return found + undrawn_entries(fig)
+
+
+def legend_below(ax, ncol: int = 3, fontsize: float = 7) -> None:
+    """The panel's legend in a strip under the figure, kept out of the panels by the layout, from
+    the artists drawn with a label: it never covers data, lists nothing that is not drawn, and costs
+    height, not width (two figures still fit side by side on the page)."""
+    fig = ax.get_figure()
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    ncol = min(ncol, len(handles))
+    lines = sum(max(lab.count("\n") + 1 for lab in labels[i:i + ncol]) for i in range(0, len(labels), ncol))
+    strip = (lines * fontsize * 1.4 + 8) / 72 / fig.get_figheight()
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=fontsize, frameon=False, borderaxespad=0.3)
+    fig.set_layout_engine("tight", rect=(0, strip, 1, 1))
+
+
+def thumbnail(png_b64: str) -> bytes:
+    """The index's copy of a report figure: THUMB_WIDTH px wide in a THUMB_COLOURS-colour palette,
+    about a tenth of the figure's bytes (the index holds ten of them and must stay light)."""
+    from PIL import Image
+    im = Image.open(io.BytesIO(base64.b64decode(png_b64))).convert("RGB")
+    if im.width > THUMB_WIDTH:
+        im = im.resize((THUMB_WIDTH, round(im.height * THUMB_WIDTH / im.width)), Image.LANCZOS)
+    buf = io.BytesIO()
+    im.quantize(colors=THUMB_COLOURS, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
+        buf, format="PNG", optimize=True)
+    return buf.getvalue()
+
+
+def report_layout(figures: list, out=sys.stderr) -> int:
+    """Write every drawn figure's layout problems to `out` (the report's log), one line each, and
+    return how many: a figure that cannot be read is said where the run is logged."""
+    n = 0
+    for f in figures:
+        for p in getattr(f, "problems", ()):
+            print(f"layout: {p}", file=out)
+            n += 1
+    return n
 
 
 def png(fig) -> Figure:

@@ -24,7 +24,8 @@ import yaml  # noqa: E402
 from jinja2 import Environment, FileSystemLoader, select_autoescape  # noqa: E402
 
 from icl import claims, report_headline, report_heads, report_ldl, report_zfb, tasks  # noqa: E402
-from icl.figures import QUALITATIVE, Figure, draw_all, later, palette, png  # noqa: E402
+from icl.figures import (QUALITATIVE, REFERENCE, Figure, draw_all, later, legend_below, palette, png,  # noqa: E402
+                         report_layout, thumbnail)
 from icl.files import atomic_path  # noqa: E402
 from icl.io import read_parquet  # noqa: E402
 from icl.provenance import code_hash, code_version, package_versions  # noqa: E402
@@ -46,20 +47,54 @@ def _band(ax, df: pd.DataFrame, x: str, y: str, label: str, color, log: bool) ->
         ax.set_yscale("log")
 
 
+def settings_of(runs: pd.DataFrame, by: str) -> list[str]:
+    """The run settings besides `by` and the seed that vary among `runs` (Δ, c, lr ...): a band
+    over runs that differ in one would pool settings (it spanned 10⁻¹ to 10⁻¹⁴), not seeds."""
+    return [c for c in swept_columns(runs) if c not in (by, "seed") and runs[c].astype(str).nunique() > 1]
+
+
+def _per_setting(ax, df: pd.DataFrame, runs: pd.DataFrame, by: str, x: str, y: str, label: str, color,
+                 log: bool) -> None:
+    """The runs' `y` against `x`: a median and band over seeds where the runs differ in their seed
+    only, else one median line per setting (no band), the first one labelled."""
+    keys = settings_of(runs, by)
+    if not keys:
+        _band(ax, df, x, y, label, color, log)
+        return
+    for n, (key, g) in enumerate(runs.groupby(keys, dropna=False)):
+        med = df[df["run_id"].isin(g["run_id"])].groupby(x)[y].median()
+        what = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in zip(keys, np.atleast_1d(key)))
+        ax.plot(med.index, med.values, color=color, lw=0.9, alpha=0.8, label=label if n == 0 else "_",
+                gid=f"{label}, {what} median")
+    if log:
+        ax.set_yscale("log")
+
+
+def wide_objective(runs: pd.DataFrame) -> bool:
+    """Whether runs train on the error at every x position (a GPT's `loss: all`): their train loss
+    is not the query's error that uniform attention's level and the learning gate are about."""
+    return "loss" in runs and runs["loss"].astype(str).eq("all").any()
+
+
 def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test: bool = False,
-                colours: dict | None = None) -> Figure | None:
-    """Train loss per L (or per another run column, `by`), median and min-max band over seeds;
-    the mean-field curve dashed; with `test`, the test loss on fresh prompts dotted. `colours`:
-    the report's colour of each value (figures.palette), so an L looks the same everywhere."""
+                colours: dict | None = None, reference: pd.Series | None = None) -> Figure | None:
+    """Train loss per L (or per another run column, `by`), median and min-max band over seeds (one
+    line per setting, no band, where the runs of a value differ in more than their seed); the
+    mean-field curve dashed; with `test`, the test loss on fresh prompts dotted. `reference`
+    (uniform attention's train loss per run_id): its median per value drawn as a level, so a curve
+    that ends on it reads "nothing learned". `colours`: the report's colour of each value
+    (figures.palette), so an L looks the same everywhere."""
     if not Ls:
         return None
-    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    fig, ax = plt.subplots(figsize=(5.2, 3.4 + 0.2 * -(-(len(Ls) + 3) // 3)))
     colours = colours or palette(Ls)
+    mean_field = level = at_query = not_comparable = False
     for color, L in ((colours[float(L)], L) for L in Ls):
-        ids = runs.loc[runs[by] == L, "run_id"]
+        mine = runs[runs[by] == L]
+        ids = mine["run_id"]
         df = curves[curves["run_id"].isin(ids) & (curves["metric"] == "train_loss")]
         df = df[df["value"] > 0]
-        _band(ax, df, "epoch", "value", f"{by}={L:g}", color, log=True)
+        _per_setting(ax, df, mine, by, "epoch", "value", f"{by}={L:g}", color, log=True)
         if test:
             med = curves[curves["run_id"].isin(ids) & (curves["metric"] == "test_loss")].groupby("epoch")["value"].median()
             ax.plot(med.index, med.values, color=color, ls=":", lw=1.1)
@@ -68,49 +103,71 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
             if len(mf):
                 med = mf.groupby("epoch")["value"].median()
                 ax.plot(med.index, med.values, color=color, ls="--", lw=1.1)
-    if theory_curves is not None and len(theory_curves):
+                mean_field = True
+        ref = reference.reindex(ids).dropna() if reference is not None else pd.Series(dtype=float)
+        if wide_objective(mine):          # the curve averages every x position; uniform attention's is the query's
+            q = curves[curves["run_id"].isin(ids) & (curves["metric"] == "test_query_loss")].groupby("epoch")["value"]
+            if len(q):
+                med = q.median()
+                ax.plot(med.index, med.values, color=color, ls=(0, (1, 1)), lw=1.3, gid=f"{by}={L:g} query median")
+                at_query = True
+            else:
+                ref, not_comparable = ref.iloc[:0], True
+        if len(ref) and len(df):
+            ax.plot([df["epoch"].min(), df["epoch"].max()], [ref.median()] * 2, **{**REFERENCE, "color": color},
+                    gid=f"{by}={L:g} uniform attention")
+            level = True
+    if mean_field:
         ax.plot([], [], color="grey", ls="--", label="mean field (LDL Lemma 2)")
     if test:
         ax.plot([], [], color="grey", ls=":", label="test loss, fresh prompts (median)")
+    if at_query:
+        ax.plot([], [], color="grey", ls=(0, (1, 1)), lw=1.3, label="test loss at the query (median)")
+    if level:
+        ax.plot([], [], **REFERENCE, label="uniform attention's loss at the query\n(= nothing learned)")
     ax.set_xlabel("epoch")
     ax.set_ylabel(("train " if not test else "") + "loss ½E[(ŷ−y)²] (log)")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
+    keys = settings_of(runs[runs[by].isin(Ls)], by)
+    ax.set_title(title + (f" (a line per {', '.join(keys)}: no band)" if keys else "")
+                 + (" — trained on every x position: uniform attention's level, the query's, not drawn"
+                    if not_comparable else ""), fontsize=10)
+    legend_below(ax)
     return png(fig)
 
 
 def attention_scores_figure(attn, runs, L, K, tag: str = "") -> Figure:
-    """Attn_1 (own score of v_1) and Attn_{k,1}: mass a query with feature 1 puts on feature k."""
-    ids = runs.loc[runs["L"] == L, "run_id"]
-    df = attn[attn["run_id"].isin(ids) & (attn["query_feature"] == 0)]
-    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    """Attn_1 (own score of v_1) and Attn_{k,1}: mass a query with feature 1 puts on feature k;
+    1/K, uniform attention's (what every score reads when nothing is learned), as a level."""
+    mine = runs[runs["L"] == L]
+    df = attn[attn["run_id"].isin(mine["run_id"]) & (attn["query_feature"] == 0)]
+    fig, ax = plt.subplots(figsize=(5.2, 4.0))
     pal = QUALITATIVE
     for k in range(K):
         lab = "Attn₁ (own)" if k == 0 else f"Attn_{{{k + 1},1}}"
-        _band(ax, df[df["key_feature"] == k], "epoch", "attn", lab, pal[k], log=False)
+        _per_setting(ax, df[df["key_feature"] == k], mine, "L", "epoch", "attn", lab, pal[k], log=False)
+    ax.axhline(1 / K, **REFERENCE, label=f"1/K = {1 / K:.2g}: uniform attention\n(= nothing learned)")
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("epoch")
     ax.set_ylabel("attention score")
     ax.set_title(f"attention of a v₁ query, L={L:g}{tag}")
-    ax.legend(fontsize=8)
+    legend_below(ax)
     return png(fig)
 
 
 def attention_maps_figure(attn, runs, L, epochs_all, tag: str = "") -> Figure:
+    """The K×K map Attn[i, j] at five epochs (mean over seeds), coloured about 1/K (white): uniform
+    attention, the map of a model that learned nothing, reads white, not as a pattern."""
     ids = runs.loc[runs["L"] == L, "run_id"]
     df = attn[attn["run_id"].isin(ids)]
     picks = sorted({epochs_all[int(round(q * (len(epochs_all) - 1)))] for q in (0, 0.1, 0.25, 0.5, 1.0)})
-    fig, axes = plt.subplots(1, len(picks), figsize=(2.3 * len(picks), 2.4))
-    for n, (ax, e) in enumerate(zip(np.atleast_1d(axes), picks)):
+    fig, axes = plt.subplots(1, len(picks), figsize=(2.3 * len(picks) + 0.8, 2.9), squeeze=False,
+                             layout="constrained")         # constrained: room for the shared colour bar
+    for n, (ax, e) in enumerate(zip(axes[0], picks)):
         m = df[df["epoch"] == e].groupby(["key_feature", "query_feature"])["attn"].mean().unstack()
-        ax.imshow(m.to_numpy(), vmin=0, vmax=1, cmap="Blues")        # plain imshow: a third of seaborn's time
-        for (i, j), v in np.ndenumerate(m.to_numpy()):
-            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v > 0.6 else "black")
+        im = report_heads.draw_map(ax, m)
         ax.set_title(f"epoch {e}", fontsize=9)
-        ax.set_xlabel("query feature j")
         ax.set_ylabel("key feature i" if n == 0 else "")
-        ax.set_xticks(range(m.shape[1]), [str(int(c) + 1) for c in m.columns])
-        ax.set_yticks(range(m.shape[0]), [str(int(r) + 1) for r in m.index])
+    report_heads.map_colourbar(fig, axes[0], im)
     fig.suptitle(f"attention maps Attn[i, j], L={L:g}{tag} (mean over seeds)", fontsize=10)
     return png(fig)
 
@@ -141,16 +198,18 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
     curves = tables["curves"][tables["curves"]["run_id"].isin(r["run_id"])]
     figs = []
     th = tables["theory_curves"]
+    summ = tables["summary"]
+    uniform = summ.set_index("run_id")["uniform_train_loss"] if "uniform_train_loss" in summ else None
     if r["L"].notna().any():
         flat, sharp, thr, how = split_L(r, tables["theory"])
         colours = palette(tables["runs"]["L"])           # every L of the experiment: one colour each
-        figs += [later(loss_figure, curves, r, flat, "(a) loss, flat set", th, colours=colours),
-                 later(loss_figure, curves, r, sharp, "(b) loss, sharp set", th, colours=colours)]
+        figs += [later(loss_figure, curves, r, flat, "(a) loss, flat set", th, colours=colours, reference=uniform),
+                 later(loss_figure, curves, r, sharp, "(b) loss, sharp set", th, colours=colours, reference=uniform)]
     else:                      # tasks without a Lipschitz constant (linear): one figure, by prompt length
         flat, sharp = [], []
         how = "loss by training prompt length N (the task has no Lipschitz constant L)"
         figs.append(later(loss_figure, curves, r, sorted(r["N"].unique().tolist()), "loss over training", by="N",
-                          test=True, colours=palette(tables["runs"]["N"])))
+                          test=True, colours=palette(tables["runs"]["N"]), reference=uniform))
         figs.append(later(report_zfb.escape_figure, tables["summary"][tables["summary"]["run_id"].isin(r["run_id"])], r))
     # attention of discrete tokens: one L of each regime per K (maps of different K do not average)
     Ks = sorted(r["K"].dropna().unique().tolist())
@@ -165,7 +224,7 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
     attn = tables["attention"](ids) if ids else pd.DataFrame()
     if not Ks and curves["metric"].isin(["attn_entropy", "attn_knn"]).any():   # continuous tokens
         figs.append(later(attention_summary_figure, curves, r, palette(tables["runs"]["L"])))
-    maps = []
+    maps, key = [], None
     if len(attn):
         epochs_all = sorted(attn["epoch"].unique().tolist())
         heads = report_heads.has_heads(attn)            # several layers or heads: the last layer's mean here
@@ -174,6 +233,7 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
             tag = f", K={K}" if len(Ks) > 1 else ""
             which = tag + (" (last layer, mean of its heads)" if heads else "")
             figs.append(later(attention_scores_figure, mean, rk, L, int(K), which))
+            key = key or figs[-1]                       # 1/K drawn: the figure that cannot read as learned
             maps.append(later(attention_maps_figure, mean, rk, L, epochs_all, which))
             if heads:
                 maps += [later(report_heads.head_maps_figure, attn, rk, L, tag),
@@ -182,26 +242,27 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
         how += f"; {n_div} diverged run(s) left out of these figures (listed above)"
     if not ldl:
         return {"name": name, "kind": r["model_kind"].iloc[0], "optimizer": r["optimizer"].iloc[0],
-                "split": how, "figures": figs, "maps": maps, "theory_figures": []}
+                "split": how, "figures": figs, "maps": maps, "theory_figures": [], "key": key}
     theory_figs = [later(report_ldl.collapse_figure, tables, name), later(report_ldl.slope_figure, tables, name),
                    later(report_ldl.stability_figure, tables, name), *report_ldl.phase_diagram_figures(tables, name)]
     return {"name": name, "kind": r["model_kind"].iloc[0], "optimizer": r["optimizer"].iloc[0],
-            "split": how, "figures": figs, "maps": maps, "theory_figures": theory_figs}
+            "split": how, "figures": figs, "maps": maps, "theory_figures": theory_figs, "key": key}
 
 
 def attention_summary_figure(curves, runs, colours: dict) -> Figure:
     """For continuous tokens: attention entropy and the mass on the nearest 10% of tokens."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     Ls = sorted(runs["L"].dropna().unique()) or [None]
     for ax, metric, lab in ((axes[0], "attn_entropy", "attention entropy (nats)"),
                             (axes[1], "attn_knn", "mass on the nearest 10% of tokens")):
         for color, L in ((QUALITATIVE[0] if L is None else colours[float(L)], L) for L in Ls):
             ids = runs["run_id"] if L is None else runs.loc[runs["L"] == L, "run_id"]
             df = curves[curves["run_id"].isin(ids) & (curves["metric"] == metric)]
-            _band(ax, df, "epoch", "value", "all" if L is None else f"L={L:g}", color, log=False)
+            mine = runs if L is None else runs[runs["L"] == L]
+            _per_setting(ax, df, mine, "L", "epoch", "value", "all" if L is None else f"L={L:g}", color, log=False)
         ax.set_xlabel("epoch")
         ax.set_ylabel(lab)
-        ax.legend(fontsize=7)
+    legend_below(axes[1], ncol=4)
     fig.suptitle("attention summaries for continuous tokens", fontsize=10)
     return png(fig)
 
@@ -237,9 +298,16 @@ def claim_robustness(verdicts: pd.DataFrame) -> dict[str, dict]:
     return out
 
 
-def key_figure(sections: list[dict], zfb: dict | None) -> Figure | None:
-    """The figure the index shows for an experiment: ZFB's error under shift, else the first loss figure."""
-    figs = (zfb or {}).get("figures") or [f for s in sections for f in s["figures"]]
+def key_figure(sections: list[dict], zfb: dict | None, models: list[dict] = ()) -> Figure | None:
+    """The figure the index shows for an experiment: ZFB's error under shift, else the first loss
+    figure — for the first model the headline calls "not learned", where there is one, its figure
+    drawn against a level that reads "nothing learned" (section `key`: the attention scores with
+    1/K, else its loss with uniform attention's), as a loss falling 100× alone reads as success."""
+    stuck = [m["model"] for m in models if m.get("status") == "not learned"]
+    pick = [s for s in sections if s["name"] in stuck][:1] or sections
+    figs = (zfb or {}).get("figures") if not stuck else None
+    figs = figs or [s.get("key") for s in pick if s.get("key")] or [f for s in pick for f in s["figures"]] \
+        or [f for s in sections for f in s["figures"]]
     return figs[0] if figs else None
 
 
@@ -275,6 +343,7 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
     verdicts = tabs["verdicts"]
     figure_lists = [s[k] for s in sections for k in ("figures", "maps", "theory_figures")] + ([zfb["figures"]] if zfb else [])
     draw_all([f for figs in figure_lists for f in figs], processes)
+    report_layout([f for figs in figure_lists for f in figs])
     for figs in figure_lists:       # those whose figure function found nothing to draw go
         figs[:] = [f for f in figs if f]
     summ = runs_table(runs, tabs["summary"])
@@ -306,9 +375,9 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
         timing=tim.to_html(index=False, float_format=lambda v: f"{v:.2f}", classes="tbl") if len(tim) else "",
         timing_line=summary_line(tim),
         generated=dt.datetime.now().isoformat(timespec="seconds"))
-    thumb = key_figure(sections, zfb)
+    thumb = key_figure(sections, zfb, head["models"])
     with atomic_path(os.path.join(results_dir, "thumbnail.png")) as tmp, open(tmp, "wb") as fh:
-        fh.write(base64.b64decode(str(thumb)) if thumb else b"")
+        fh.write(thumbnail(str(thumb)) if thumb else b"")
     _write(os.path.join(results_dir, "headline.json"),
            json.dumps({"models": head["models"], "learning": head["learning"]}, indent=1, ensure_ascii=False))
     _write(out_path, html)

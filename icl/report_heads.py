@@ -4,11 +4,12 @@ training. The LDL figures of the report read the last layer averaged over its he
 attn_own is), so they mean the same for a one-head model and a deep one."""
 from __future__ import annotations
 
+import matplotlib.colors as mcolors
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from icl.figures import Figure, palette, png
+from icl.figures import REFERENCE, Figure, palette, png
 
 KEYS = ["run_id", "epoch", "query_feature", "key_feature"]
 
@@ -29,6 +30,28 @@ def last_layer(attn: pd.DataFrame) -> pd.DataFrame:
     return top.groupby(KEYS, as_index=False, sort=False)["attn"].mean()
 
 
+def draw_map(ax, m: pd.DataFrame):
+    """One K×K map (rows: key feature, columns: query feature) with its numbers, coloured about
+    1/K: white is uniform attention (nothing learned), blue above it, red below."""
+    K = max(m.shape)
+    norm = mcolors.TwoSlopeNorm(vmin=0.0, vcenter=1.0 / K, vmax=1.0)
+    im = ax.imshow(m.to_numpy(), norm=norm, cmap="RdBu")      # plain imshow: a third of seaborn's time
+    for (i, j), v in np.ndenumerate(m.to_numpy()):
+        ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v > 0.75 else "black")
+    ax.set_xlabel("query feature j")
+    ax.set_xticks(range(m.shape[1]), [str(int(c) + 1) for c in m.columns])
+    ax.set_yticks(range(m.shape[0]), [str(int(r) + 1) for r in m.index])
+    return im
+
+
+def map_colourbar(fig, axes, im) -> None:
+    """The maps' shared colour bar, its middle tick 1/K named as uniform attention."""
+    K = round(1 / im.norm.vcenter)
+    bar = fig.colorbar(im, ax=list(axes), fraction=0.04, pad=0.02)
+    bar.set_ticks([0, 1 / K, 1], labels=["0", f"1/K = {1 / K:.2g}\n(uniform)", "1"])
+    bar.ax.tick_params(labelsize=7)
+
+
 def head_maps_figure(attn, runs, L, tag: str = "") -> Figure | None:
     """The K×K map Attn[i, j] of every head of the last layer at the last logged epoch (mean over seeds)."""
     ids = runs.loc[runs["L"] == L, "run_id"]
@@ -37,20 +60,16 @@ def head_maps_figure(attn, runs, L, tag: str = "") -> Figure | None:
     heads = sorted(df["head"].unique())
     if not heads:
         return None
-    fig, axes = plt.subplots(1, len(heads), figsize=(2.3 * len(heads), 2.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(heads), figsize=(2.3 * len(heads) + 0.8, 2.9), squeeze=False,
+                             layout="constrained")
     for n, (ax, h) in enumerate(zip(axes[0], heads)):
         m = df[df["head"] == h].groupby(["key_feature", "query_feature"])["attn"].mean().unstack()
-        ax.imshow(m.to_numpy(), vmin=0, vmax=1, cmap="Blues")
-        for (i, j), v in np.ndenumerate(m.to_numpy()):
-            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v > 0.6 else "black")
+        im = draw_map(ax, m)
         ax.set_title(f"head {h + 1}", fontsize=9)
-        ax.set_xlabel("query feature j")
         ax.set_ylabel("key feature i" if n == 0 else "")
-        ax.set_xticks(range(m.shape[1]), [str(int(c) + 1) for c in m.columns])
-        ax.set_yticks(range(m.shape[0]), [str(int(r) + 1) for r in m.index])
+    map_colourbar(fig, axes[0], im)
     layer = int(attn["layer"].max()) + 1
     fig.suptitle(f"last layer ({layer}): each head's map at epoch {int(df['epoch'].max())}, L={L:g}{tag}", fontsize=10)
-    fig.set_layout_engine("tight")
     return png(fig)
 
 
@@ -65,16 +84,19 @@ def own_by_head_figure(attn, runs, L, tag: str = "") -> Figure | None:
     layers = sorted(own["layer"].unique())
     heads = sorted(own["head"].unique())
     colours = palette(heads)
-    fig, axes = plt.subplots(1, len(layers), figsize=(3.2 * len(layers), 2.8), squeeze=False, sharey=True)
+    K = df["key_feature"].nunique()
+    fig, axes = plt.subplots(1, len(layers), figsize=(3.2 * len(layers) + 1.2, 2.8), squeeze=False, sharey=True)
     for ax, layer in zip(axes[0], layers):
         for h in heads:
             g = own[(own["layer"] == layer) & (own["head"] == h)].groupby("epoch")["attn"].median()
             ax.plot(g.index, g.values, color=colours[float(h)], lw=1.4, label=f"head {h + 1}")
+        ax.axhline(1 / K, **REFERENCE, label=f"1/K = {1 / K:.2g}: uniform")
         ax.set_ylim(-0.02, 1.02)
         ax.set_title(f"layer {layer + 1}", fontsize=9)
         ax.set_xlabel("epoch")
     axes[0][0].set_ylabel("attention to own feature")
-    axes[0][-1].legend(fontsize=7)
+    handles, labels = axes[0][-1].get_legend_handles_labels()           # right of the last panel: never over data
+    axes[0][-1].legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     fig.suptitle(f"own-feature attention of every head (median over seeds), L={L:g}{tag}", fontsize=10)
     fig.set_layout_engine("tight")
     return png(fig)

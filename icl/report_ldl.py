@@ -2,12 +2,14 @@
 phase diagram. The verdicts are icl.claims.ldl's."""
 from __future__ import annotations
 
+import matplotlib.colors as mcolors
+import matplotlib.patches as mpatches
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import matplotlib.pyplot as plt
 
 from icl import fits
-from icl.figures import QUALITATIVE, Figure, later, palette, png
+from icl.figures import QUALITATIVE, Figure, later, legend_below, palette, png
 from icl.theory import ldl
 
 
@@ -31,7 +33,7 @@ def collapse_figure(tabs, model) -> Figure | None:
     cur["tau"] = cur["epoch"] * cur["clock_per_epoch"]
     cur["rel"] = cur["value"] / cur["loss0"]
     colours = palette(tabs["runs"]["L"])
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    fig, ax = plt.subplots(figsize=(5.2, 4.4 + 0.15 * (cur["L"].nunique() // 4)))
     for L in sorted(cur["L"].unique()):
         med = cur[cur["L"] == L].groupby("tau")["rel"].median()
         ax.plot(med.index, med.values, color=colours[float(L)], label=f"L={L:g}")
@@ -47,7 +49,7 @@ def collapse_figure(tabs, model) -> Figure | None:
     ax.set_xlabel("collapse clock τ = η‖v‖⁴·E[(f(v_n) − f(v_k))²]·t")
     ax.set_ylabel("train loss / loss₀ (median over seeds)")
     ax.set_title("every L on one clock: one curve if L only rescales time")
-    ax.legend(fontsize=7, ncol=2)
+    legend_below(ax, ncol=4)
     return png(fig)
 
 
@@ -62,23 +64,34 @@ def slope_figure(tabs, model, tcol="t_rel_1e-2") -> Figure | None:
     df = df.assign(lr=fits.step_key(df))               # slopes.parquet's lr (lr_ref where the step follows the clock)
     keys = [k for k in sl.columns if k in df.columns and k not in ("model", "model_kind")]
     df = fits.groupable(df, keys)
-    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    fig, ax = plt.subplots(figsize=(5.2, 5.0))
     marks = dict(zip(sorted(sl["group"].unique()), "osD^v<>p*h"))
     for reg, color in (("flat", "C0"), ("sharp", "C3")):
+        fitted, theory = [], []
         for r in sl[sl["regime"] == reg].to_dict("records"):
             g = df[fits.matching(df, r, keys)]
             if len(g) < 2:
                 continue
-            where = f"{reg}" + (f", {r['group']}" if r["group"] else "")
             ax.scatter(g["L"], g[tcol], color=color, s=14, marker=marks.get(r["group"], "o"))
             x = np.log(g["L"].to_numpy(float))
-            b = np.mean(np.log(g[tcol].to_numpy(float))) - r["slope"] * x.mean()
             xs = np.linspace(x.min(), x.max(), 20)
-            ax.plot(np.exp(xs), np.exp(b + r["slope"] * xs), color=color,
-                    label=f"{where}: slope {r['slope']:.2f} "
-                          f"{'range ' if str(r.get('interval', '')).startswith('range') else ''}"
-                          f"[{r['ci_lo']:.2f}, {r['ci_hi']:.2f}], "
-                          f"theory {r['theory_slope']:.2f}")
+            for slope, ls, into in ((r["slope"], "-", fitted), (r["theory_slope"], "--", theory)):
+                if np.isfinite(slope):
+                    b = np.mean(np.log(g[tcol].to_numpy(float))) - slope * x.mean()
+                    ax.plot(np.exp(xs), np.exp(b + slope * xs), color=color, ls=ls, lw=1.4 if ls == "-" else 1,
+                            gid=f"{reg}, {r['group']}: {'fitted' if ls == '-' else 'theory'} slope {slope:.3g}")
+                    into.append((slope, r))
+        if len(fitted) == 1:
+            (slope, r), = fitted
+            kind = "range" if str(r.get("interval", "")).startswith("range") else "95%"
+            where = f"{reg}" + (f", {r['group']}" if r["group"] else "")
+            ax.plot([], [], color=color, label=f"{where}: fitted slope {slope:.2f} ({kind} [{r['ci_lo']:.2f}, {r['ci_hi']:.2f}])")
+        elif fitted:
+            ax.plot([], [], color=color, label=f"{reg}: fitted slopes {_span([f for f, _ in fitted])} "
+                                               f"({len(fitted)} groups; the verdicts list each)")
+        if theory:
+            ax.plot([], [], color=color, ls="--", lw=1,
+                    label=f"{reg}: {theory_label(reg, tcol, _span([t for t, _ in theory]))}")
     for Lst in df.get("L_split", df["L_star"]).dropna().unique():
         ax.axvline(Lst, color="grey", ls=":", lw=1)
     ax.set_xscale("log")
@@ -86,15 +99,32 @@ def slope_figure(tabs, model, tcol="t_rel_1e-2") -> Figure | None:
     ax.set_xlabel("L (dotted: the flat/sharp split)")
     ax.set_ylabel(f"{tcol} (epochs)")
     ax.set_title("convergence time against L")
-    ax.legend(fontsize=6)
+    legend_below(ax, ncol=1, fontsize=6)
     return png(fig)
+
+
+def _span(values: list[float]) -> str:
+    """A slope, or the range of several."""
+    lo, hi = min(values), max(values)
+    return f"{lo:.2f}" if np.isclose(lo, hi, atol=5e-3) else f"{lo:.2f} to {hi:.2f}"
+
+
+def theory_label(regime: str, tcol: str, slope: str) -> str:
+    """What a theory slope is: the theorem's T at each run's own ε and η (unit constants). −2 is
+    T ∝ 1/(ηL²) at one ε; at a relative threshold ε = √(x·loss₀) grows with L (loss₀ ∝ L²), which
+    the sharp regime's 1/ε turns into about −3 and the flat regime's log(K/ε) bends a little."""
+    if regime == "sharp":
+        why = "Thm 2, T ∝ 1/(ηεL²)" + (", ε ∝ L at a relative threshold" if tcol.startswith("t_rel") else "")
+    else:
+        why = "Thm 1, T ∝ log(K/ε)/(ηL²)"
+    return f"theory slope {slope}\n({why}; each run's ε, η)"
 
 
 def stability_figure(tabs, model) -> Figure | None:
     st = tabs["stability"][tabs["stability"]["model"] == model]
     if st.empty or st["lrs_tried"].max() < 2:
         return None
-    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    fig, ax = plt.subplots(figsize=(5.2, 3.8 + 0.15 * 2 * st["group"].nunique()))
     for (group, g), color in zip(st.groupby("group", sort=True), QUALITATIVE):
         tag = f" ({group})" if group else ""
         ax.plot(g["L"], g["max_stable_lr"], "o-", color=color,
@@ -108,7 +138,7 @@ def stability_figure(tabs, model) -> Figure | None:
     ax.set_xlabel("L (dotted: the flat/sharp split)")
     ax.set_ylabel("learning rate")
     ax.set_title("step-size stability")
-    ax.legend(fontsize=6)
+    legend_below(ax, ncol=1, fontsize=6)
     return png(fig)
 
 
@@ -122,26 +152,42 @@ def phase_diagram_figures(tabs, model, tcol="t_rel_1e-2") -> list[Figure]:
 
 
 def phase_diagram_figure(df, K, N, tcol, tag="") -> Figure | None:
+    """Δ × L maps of the median crossing time (log colour scale) and of the median number of
+    phases (one colour per count: a count is an integer); L* = 1/(Δδ) drawn across both. A cell
+    no run filled (none crossed, or no count) is hatched, as the title says."""
     if df["delta"].nunique() < 2 or df["L"].nunique() < 3:
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.0))
     Ls, Ds = sorted(df["L"].unique()), sorted(df["delta"].unique())
-    for ax, col, title in ((axes[0], tcol, f"{tcol} (median over seeds)"), (axes[1], "n_phases", "n_phases (median)")):
+    for ax, col in ((axes[0], tcol), (axes[1], "n_phases")):
         m = df.assign(v=df[col].astype(float)).groupby(["delta", "L"])["v"].median().unstack()
-        m = m.reindex(index=Ds, columns=Ls)
-        data = np.log10(m.to_numpy(float)) if col == tcol else m.to_numpy(float)
-        im = ax.pcolormesh(np.arange(len(Ls) + 1), np.arange(len(Ds) + 1), data, cmap="magma_r", shading="flat")
-        fig.colorbar(im, ax=ax, label=("log10 epochs" if col == tcol else "phases"))
+        data = np.ma.masked_invalid(m.reindex(index=Ds, columns=Ls).to_numpy(float))
+        ax.add_patch(mpatches.Rectangle((0, 0), len(Ls), len(Ds), hatch="//", fill=False, edgecolor="0.6", lw=0,
+                                        zorder=0))            # shows through the masked (empty) cells
+        if col == tcol:
+            im = ax.pcolormesh(np.arange(len(Ls) + 1), np.arange(len(Ds) + 1), data, cmap="magma_r", shading="flat",
+                               norm=mcolors.LogNorm())
+            fig.colorbar(im, ax=ax, label="epochs (log scale)")
+            title = f"{tcol}, median over seeds"
+        else:
+            counts = np.arange(np.floor(data.min()) if data.count() else 1, (np.ceil(data.max()) if data.count() else 3) + 1)
+            bounds = np.append(counts - 0.5, counts[-1] + 0.5)
+            norm = mcolors.BoundaryNorm(bounds, plt.get_cmap("viridis").N)
+            im = ax.pcolormesh(np.arange(len(Ls) + 1), np.arange(len(Ds) + 1), data, cmap="viridis", norm=norm,
+                               shading="flat")
+            bar = fig.colorbar(im, ax=ax, label="phases (median over seeds)", boundaries=bounds, ticks=counts)
+            bar.ax.set_yticklabels([f"{c:g}" for c in counts])
+            title = "number of phases, median over seeds"
         # L* = 1/(Δδ) on the index grid: interpolate in log L
         lstar = [ldl.L_star(K, N, D) for D in Ds]
         xi = np.interp(np.log(lstar), np.log(Ls), np.arange(len(Ls))) + 0.5
-        ax.plot(xi, np.arange(len(Ds)) + 0.5, "c-o", lw=2, label="L* = 1/(Δδ)")
+        ax.plot(xi, np.arange(len(Ds)) + 0.5, "c-o", lw=2)
         ax.set_xticks(np.arange(len(Ls)) + 0.5, [f"{L:.2g}" for L in Ls], rotation=60, fontsize=7)
         ax.set_yticks(np.arange(len(Ds)) + 0.5, [f"{D:g}" for D in Ds])
         ax.set_xlabel("L")
         ax.set_ylabel("Δ")
-        ax.set_title(title + tag)
-        ax.legend(fontsize=7, loc="upper right")
+        ax.set_title(title + tag, fontsize=10)
+    fig.suptitle("cyan: L* = 1/(Δδ), the flat/sharp threshold; hatched: no run crossed or no count", fontsize=9)
     return png(fig)
 
 

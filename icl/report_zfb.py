@@ -8,8 +8,10 @@ import matplotlib.pyplot as plt
 import seaborn as sns
 
 from icl import models
-from icl.figures import QUALITATIVE, Figure, palette, png
+from icl.figures import QUALITATIVE, REFERENCE, Figure, legend_below, palette, png
 from icl.claims.zfb import BEYOND_LINEAR, TRAINED_LSA, healthy_shift
+
+MARKERS = "oxs^Dv"      # one per model drawn beside the LSA, so coinciding curves stay apart
 
 SOURCE_NOTES = [
     "Thm 4.2 as transcribed omits a 1/M on the variance term; without it the error would not vanish as M, N → ∞. "
@@ -72,10 +74,14 @@ def error_vs_length_figure(shift: pd.DataFrame, title: str = "") -> Figure:
             if len(g):
                 ax.plot(g.index, g.values.clip(floor), ":", color=color,
                         label=f"{pred}, N={Ns[-1]}" + (" (exact for M ≥ d: drawn at the axis floor)" if pred == "ols" else ""))
-        for pred, color in zip(others_names, QUALITATIVE[3:] + QUALITATIVE[:3]):
+        for pred, color, mark in zip(others_names, QUALITATIVE[3:] + QUALITATIVE[:3], MARKERS):
             g = d[(d["predictor"] == pred) & (d["N"] == (Ns[-1] if Ns else None))].groupby("M")["mse"].median()
-            if len(g):
-                ax.plot(g.index, g.values, "-.", color=color, label=f"{pred}, N={Ns[-1]}")
+            if len(g):      # a marker each: two models on the same curve both show
+                ax.plot(g.index, g.values, "-.", color=color, marker=mark, ms=4, mfc="none", label=f"{pred}, N={Ns[-1]}")
+        g = named[(named["predictor"] == "uniform_attention") & (named["N"] == (Ns[-1] if Ns else None))]
+        g = g.groupby("M")["mse"].median()
+        if len(g):
+            ax.plot(g.index, g.values, **REFERENCE, label="uniform attention (the labels' mean: nothing learned)")
         for N in Ns:
             ax.axvline(N, color=pal[N], lw=0.6, alpha=0.5)
         ax.set_xscale("log")
@@ -107,7 +113,7 @@ def escape_figure(summary: pd.DataFrame, runs: pd.DataFrame) -> Figure | None:
     if s.empty:
         return None
     epochs = int(runs["epochs"].max())
-    fig, ax = plt.subplots(figsize=(5.2, 3.2))
+    fig, ax = plt.subplots(figsize=(5.2, 3.8))
     laws = sorted(s["token_kind"].astype(str).unique())
     colours = dict(zip(laws, QUALITATIVE))
     for i, law in enumerate(laws):
@@ -124,7 +130,7 @@ def escape_figure(summary: pd.DataFrame, runs: pd.DataFrame) -> Figure | None:
     ax.set_xlabel("training prompt length N")
     ax.set_ylabel("t_escape (epoch)")
     ax.set_title("when each run left its plateau (error at M = N < ½ of predicting 0)", fontsize=9)
-    ax.legend(fontsize=7, loc="lower right")
+    legend_below(ax, ncol=1)
     return png(fig)
 
 
@@ -243,6 +249,7 @@ def seed_figure(shift: pd.DataFrame, laws: list[tuple[str, pd.DataFrame]]) -> Fi
                              squeeze=False, sharey=True)
     colours = dict(zip(tests, QUALITATIVE))
     styles = dict(zip(names, ["-", "-.", (0, (5, 1, 1, 1, 1, 1))]))
+    marks = dict(zip(names, MARKERS))          # coinciding models (gpt, gpt_nopos) both show
     drawn = shift[shift["predictor"].isin([*names, "lsa_limit"]) & (shift["mse"] > 0)]["mse"]
     floor = drawn.min() / 3 if len(drawn) else 1e-3      # OLS is exact for M ≥ d: drawn at this floor
     for row, (law, rows) in zip(axes, laws):
@@ -255,7 +262,7 @@ def seed_figure(shift: pd.DataFrame, laws: list[tuple[str, pd.DataFrame]]) -> Fi
                     g = d[d["predictor"] == pred].groupby("M")["mse"].median()
                     if len(g):
                         ax.plot(g.index, g.values.clip(floor), ls=ls, color=colours[cell],
-                                lw=1.2 if pred in names else 0.9)
+                                lw=1.2 if pred in names else 0.9, marker=marks.get(pred, ""), ms=3.5, mfc="none")
             ax.set_ylim(bottom=floor)
             ax.axvline(N, color="grey", lw=0.6)
             ax.set_yscale("log")
@@ -263,7 +270,8 @@ def seed_figure(shift: pd.DataFrame, laws: list[tuple[str, pd.DataFrame]]) -> Fi
             ax.set_xlabel("test length M", fontsize=9)
         row[0].set_ylabel("MSE", fontsize=9)
     handles = [plt.Line2D([], [], color=colours[c], label=c[0] + ("" if pd.isna(c[1]) else f", c={c[1]:g}")) for c in tests]
-    handles += [plt.Line2D([], [], color="k", ls=styles.get(n, "-"), label=n) for n in names]
+    handles += [plt.Line2D([], [], color="k", ls=styles.get(n, "-"), marker=marks[n], ms=3.5, mfc="none", label=n)
+                for n in names]
     handles += [plt.Line2D([], [], color="k", ls="--", label="LSA limit"),
                 plt.Line2D([], [], color="k", ls=":", label="OLS (exact for M ≥ d: drawn at the axis floor)")]
     fig.set_layout_engine("tight", rect=(0, legend_in / (3.0 * len(laws) + legend_in), 1, 1))

@@ -129,10 +129,25 @@ PAGE_STATE = """async () => {
                                                        title: m.title})),
   }));
   const top = el => el ? Math.round(el.getBoundingClientRect().top + window.scrollY) : null;
+  // the page's own blocks (headline, grid, tables, figures, headings, paragraphs) must not overlap:
+  // every visible pair, one not inside the other, sharing more than a pixel each way is named
+  const name = e => e.tagName.toLowerCase() + (e.className ? '.' + String(e.className).split(' ')[0] : '') +
+                    ' "' + (e.innerText || e.alt || '').trim().slice(0, 30) + '"';
+  const blocks = [...document.querySelectorAll('h1, h2, h3, .headline, table, figure, img, p')]
+    .filter(e => e.checkVisibility()).map(e => ({e, r: e.getBoundingClientRect()}))
+    .filter(b => b.r.width > 0 && b.r.height > 0);
+  const overlaps = [];
+  for (let i = 0; i < blocks.length; i++) for (let j = i + 1; j < blocks.length; j++) {
+    const a = blocks[i], b = blocks[j];
+    if (a.e.contains(b.e) || b.e.contains(a.e)) continue;
+    const w = Math.min(a.r.right, b.r.right) - Math.max(a.r.left, b.r.left);
+    const h = Math.min(a.r.bottom, b.r.bottom) - Math.max(a.r.top, b.r.top);
+    if (w > 1 && h > 1 && overlaps.length < 20) overlaps.push(`${name(a.e)} overlaps ${name(b.e)}`);
+  }
   const headline = document.querySelector('.headline');
   const firstTable = [...document.querySelectorAll('table')].find(t => !t.closest('.headline'));
   return {
-    grids, headlineTop: top(headline), firstTableTop: top(firstTable),
+    grids, overlaps, headlineTop: top(headline), firstTableTop: top(firstTable),
     firstFigureTop: top(document.querySelector('figure img')), height: document.body.scrollHeight,
     images: [...document.images].map(i => ({alt: i.alt, src: i.currentSrc.slice(0, 60),
                                             complete: i.complete, w: i.naturalWidth, h: i.naturalHeight})),
@@ -215,6 +230,7 @@ def check_all(ctx, reports_dir: Path, shots: Path) -> dict:
         found += [f"request left the file: {u}" for u in outside_requests(st)]
         found += [f"script error: {e}" for e in st["errors"]]
         found += png_problems(shot)
+        found += st["overlaps"]
         if p.name == "index.html":
             found += [f"index does not link to {n}" for n in missing_links(st, experiments)]
         else:
@@ -235,6 +251,8 @@ def test_every_report_opens_clean_in_chromium(browser, finished, tmp_path):
         assert (tmp_path / "shots" / f"{name}.png").stat().st_size > 10_000
     for name in ("tiny", "z"):                   # missing values read "—", never pandas' <NA>
         assert "&lt;NA&gt;" not in (finished / "reports" / f"{name}.html").read_text(), name
+        log = (finished / "logs" / name / "report.log").read_text()      # every figure passed the layout check
+        assert "layout:" not in log, log
 
 
 @pytest.fixture
@@ -304,6 +322,17 @@ def test_headline_first_and_first_figure_within_two_screens(browser, finished):
             assert st["firstFigureTop"] is not None and st["firstFigureTop"] <= 1800, (name, st["firstFigureTop"])
     finally:
         page.close()
+
+
+def test_check_catches_overlapping_blocks(browser, broken_copy, tmp_path):
+    """A figure pulled up over the block before it, and a thumbnail over the index's text, are named."""
+    dst, edit = broken_copy
+    edit("tiny.html", "</head>", "<style>figure{margin-top:-120px}</style></head>")
+    edit("index.html", "</head>", "<style>img.thumb{margin-right:-200px}</style></head>")
+    problems = check_all(browser, dst, tmp_path / "shots")
+    assert any(" overlaps " in m and "figure" in m for m in problems["tiny.html"]), problems
+    assert any(" overlaps " in m and "img.thumb" in m for m in problems["index.html"]), problems
+    assert problems["z.html"] == []
 
 
 def test_check_catches_an_index_without_a_link(browser, broken_copy, tmp_path):

@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from icl.figures import draw_all, later, png
+from icl.figures import draw_all, later, png, report_layout
 
 
 def line_figure(slope: float, nothing: bool = False):
@@ -99,8 +99,11 @@ def test_heads_figures_and_the_last_layer_mean():
     maps, own_fig = later(report_heads.head_maps_figure, attn, runs, 0.2), later(report_heads.own_by_head_figure, attn, runs, 0.2)
     draw_all([maps, own_fig], processes=1)
     drawn = pd.read_csv(io.StringIO(base64.b64decode(own_fig.csv).decode()))
-    assert set(drawn["series"]) == {"head 1", "head 2", "head 3"} and drawn["panel"].nunique() == 2   # a panel per layer
-    np.testing.assert_allclose(sorted(drawn["y"].unique()), [0.5, 0.6, 0.7])
+    level = "1/K = 0.33: uniform"                                       # uniform attention's level, in each panel
+    assert set(drawn["series"]) == {"head 1", "head 2", "head 3", level} and drawn["panel"].nunique() == 2
+    heads = drawn[drawn["series"] != level]
+    np.testing.assert_allclose(sorted(heads["y"].unique()), [0.5, 0.6, 0.7])
+    np.testing.assert_allclose(drawn.loc[drawn["series"] == level, "y"], 1 / 3, rtol=1e-5)     # CSV: 6 digits
     assert maps and not plt.get_fignums()
 
 
@@ -166,3 +169,151 @@ def test_seed_figure_has_a_panel_per_law_and_N():
     curves = drawn[~drawn["x"].isin([10, 20]) | ~drawn["y"].isin([0, 1])]       # not the vertical line at N
     assert curves["y"].min() > 1e-3                 # the floor: a third of the smallest model error
     assert len(drawn) == 4 * (2 * 2 * 5 + 2)        # 4 panels x (2 tests x (gpt, ols) x 5 lengths + the line at N)
+
+
+# ---------------------------------------------------------------- the layout check, on figures made to fail it
+
+def _checked(fig, tidied: bool = True) -> list[str]:
+    """layout_problems of a figure after it is drawn as the report draws it (tidy first unless not)."""
+    from icl.figures import layout_problems, tidy
+    fig.set_layout_engine("tight")
+    if tidied:
+        tidy(fig)
+    fig.set_dpi(110)
+    fig.canvas.draw()
+    try:
+        return layout_problems(fig)
+    finally:
+        plt.close(fig)
+
+
+def test_layout_check_passes_a_clean_figure_and_fails_broken_ones():
+    """Each kind of unreadable figure is caught, and its tidy counterpart is not."""
+    x = np.linspace(0, 1, 200)
+
+    def clean():
+        fig, ax = plt.subplots(figsize=(5, 3))
+        ax.plot(x, x, label="y = x")
+        ax.set(title="a title", xlabel="x", ylabel="y")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
+        return fig
+    assert _checked(clean()) == []
+
+    fig = clean()
+    fig.axes[0].legend(loc="center")                                  # over the line
+    assert any("legend covers" in p for p in _checked(fig))
+
+    fig = clean()
+    fig.axes[0].set_title("a title far too long for its panel " * 4)  # not wrapped: leaves the figure
+    assert any("title leaves the figure" in p for p in _checked(fig, tidied=False))
+
+    fig = clean()
+    fig.axes[0].set_ylabel("a long y label", labelpad=-14)                       # drawn onto its tick labels
+    assert any("y label overlaps" in p and "y tick" in p for p in _checked(fig))
+
+
+def test_a_legend_entry_for_a_curve_drawn_nowhere_is_caught():
+    """A dashed "mean field" entry with no dashed line drawn (the block's loss figure listed one);
+    with the dashed line drawn, in another colour, it passes."""
+    def figure(with_curve: bool):
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        ax.plot([0, 1], [1, 2], color="C0", label="L=0.1")
+        if with_curve:
+            ax.plot([0, 1], [1, 1.5], color="C0", ls="--")
+        ax.plot([], [], color="grey", ls="--", label="mean field")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
+        return fig
+    assert any("legend lists 'mean field', drawn nowhere" in p for p in _checked(figure(False)))
+    assert _checked(figure(True)) == []
+
+
+def test_log_axis_minor_labels_collide_untidied_and_not_tidied():
+    """A log axis spanning under a decade labels its minor ticks (3×10⁰4×10⁰ ran together); tidy
+    labels 1-2-5 majors only."""
+    def narrow(lo=2.1, hi=9.5):
+        fig, ax = plt.subplots(figsize=(2.2, 2))
+        ax.plot([lo, hi], [1, 2])
+        ax.set_xscale("log")
+        return fig
+    assert any("x tick" in p and "overlaps" in p for p in _checked(narrow(), tidied=False))
+    assert _checked(narrow()) == []
+    assert _checked(narrow(5, 8)) == []             # under half a decade: a few plain steps
+
+
+def test_long_titles_are_wrapped_to_their_panel():
+    fig, ax = plt.subplots(figsize=(3, 2.5))
+    ax.plot([0, 1], [0, 1])
+    ax.set_title("attention maps of the last layer, every head, mean over seeds, L = 0.2, K = 4")
+    assert _checked(fig) == []
+
+
+def test_report_figures_on_synthetic_tables_read_clean():
+    """The loss figure (reference level drawn, one line per setting where a band would pool them),
+    the attention figures (1/K drawn) and the maps pass the layout check."""
+    from icl import report
+    runs = pd.DataFrame({"run_id": list("abcd"), "L": 0.2, "delta": [1.0, 1.0, 3.0, 3.0], "seed": [0, 1, 0, 1],
+                         "model": "m", "lr": 0.1})
+    curves = pd.DataFrame([{"run_id": r, "epoch": e, "metric": "train_loss", "value": (1 + (r in "cd")) / (1 + e)}
+                           for r in "abcd" for e in range(20)])
+    uniform = pd.Series([0.5, 0.5, 1.0, 1.0], index=list("abcd"))
+    others = pd.DataFrame({"run_id": "z", "epoch": [0, 1], "metric": "mean_field_loss", "value": 1.0})
+    f = report.loss_figure(curves, runs, [0.2], "(a) loss", others, reference=uniform)   # no mean field of these runs
+    rows = pd.read_csv(io.StringIO(base64.b64decode(f.csv).decode()))
+    assert f.problems == [] and "(a line per delta: no band)" in rows["panel"].iloc[0]
+    assert {"L=0.2, delta=1 median", "L=0.2, delta=3 median"} <= set(rows["series"])       # a line per Δ
+    assert not rows["series"].str.endswith((" min", " max")).any()                          # and no band
+    level = rows[rows["series"] == "L=0.2 uniform attention"]
+    assert np.allclose(level["y"], 0.75)                                                     # its median level
+    attn = _attention(1, 1, K=4).assign(run_id=lambda d: d["run_id"].map({"a": "a", "b": "b"}))
+    two = runs[runs["run_id"].isin(["a", "b"])]
+    scores = report.attention_scores_figure(report.report_heads.last_layer(attn), two, 0.2, 4)
+    maps = report.attention_maps_figure(report.report_heads.last_layer(attn), two, 0.2, [0, 5])
+    srows = pd.read_csv(io.StringIO(base64.b64decode(scores.csv).decode()))
+    assert np.allclose(srows.loc[srows["series"].str.startswith("1/K"), "y"], 0.25)
+    assert scores.problems == [] and maps.problems == [], (scores.problems, maps.problems)
+
+
+def test_thumbnail_is_small_and_key_figure_follows_the_headline():
+    """The index's thumbnail: a PNG 400 px wide of a few KB; for a model the headline calls not
+    learned, its own loss figure (which draws uniform attention's level) rather than another's."""
+    from PIL import Image
+    from icl.figures import THUMB_WIDTH, thumbnail
+    from icl.report import key_figure
+    big = line_figure(2.0)
+    small = thumbnail(str(big))
+    im = Image.open(io.BytesIO(small))
+    assert im.format == "PNG" and im.width == min(THUMB_WIDTH, 330) and len(small) < 15_000
+    a, b, z = later(line_figure, 1.0), later(line_figure, 2.0), later(line_figure, 3.0)
+    sections = [{"name": "ok", "figures": [a]}, {"name": "stuck", "figures": [b]}]
+    assert key_figure(sections, None, [{"model": "ok", "status": "learned"}]) is a
+    assert key_figure(sections, {"figures": [z]}, [{"model": "ok", "status": "learned"}]) is z
+    assert key_figure(sections, {"figures": [z]}, [{"model": "stuck", "status": "not learned"}]) is b
+    sections[1]["key"] = c = later(line_figure, 4.0)           # its attention against 1/K, where it has one
+    assert key_figure(sections, {"figures": [z]}, [{"model": "stuck", "status": "not learned"}]) is c
+
+
+def test_no_uniform_level_against_an_objective_over_every_position():
+    """A GPT trained on every x position (loss: all): its train loss is not the query's error, so
+    uniform attention's level (the query's) is drawn only against its test loss at the query."""
+    from icl import report
+    runs = pd.DataFrame({"run_id": ["a", "b"], "L": 0.2, "seed": [0, 1], "model": "g", "lr": 0.1, "loss": "all"})
+    curves = pd.DataFrame([{"run_id": r, "epoch": e, "metric": "train_loss", "value": 1 / (1 + e)}
+                           for r in "ab" for e in range(5)])
+    uniform = pd.Series([0.5, 0.5], index=["a", "b"])
+    def series(curves):
+        f = report.loss_figure(curves, runs, [0.2], "(a) loss", reference=uniform)
+        return set(pd.read_csv(io.StringIO(base64.b64decode(f.csv).decode()))["series"]), f
+    drawn, f = series(curves)
+    assert "L=0.2 uniform attention" not in drawn and f.problems == []
+    query = curves.assign(metric="test_query_loss")
+    drawn, _ = series(pd.concat([curves, query]))
+    assert {"L=0.2 uniform attention", "L=0.2 query median"} <= drawn
+
+
+def test_report_layout_logs_every_problem():
+    out = io.StringIO()
+    f = later(line_figure, 1.0)
+    str(f)
+    f.problems = ["[x] a legend covers 3 data point(s)"]
+    assert report_layout([f, later(line_figure, 2.0)], out) == 1
+    assert out.getvalue() == "layout: [x] a legend covers 3 data point(s)\n"
