@@ -210,7 +210,29 @@ def verdict_grid(verdicts: pd.DataFrame) -> dict:
                               "fragile": bool(isinstance(v.get("fragile"), str) and v.get("fragile"))})
             cells.append(marks)
         out.append({"model": str(model), "claim_id": cid, "claim": claims.CLAIMS.get(cid, ""), "cells": cells})
-    return {"settings": settings, "rows": out, "several": len({r["model"] for r in out}) > 1}
+    return {"settings": settings, "rows": _fold_untestable(out), "several": len({r["model"] for r in out}) > 1}
+
+
+def _fold_untestable(rows: list[dict]) -> list[dict]:
+    """A model's claims that are not testable in every setting share one row (`ids`: their claim ids;
+    each mark keeps its reason), after the model's other rows: what was decided stays on top and the
+    grid a screen long, not three."""
+    def untestable(r):
+        marks = [m for cell in r["cells"] for m in cell]
+        return bool(marks) and all(m["verdict"] == claims.NOT_TESTABLE for m in marks)
+    out = []
+    for model in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == model]
+        folded = [r for r in mine if untestable(r)]
+        out += [r for r in mine if not untestable(r)]
+        if len(folded) > 1:
+            cells = [[{**m, "aspect": ""} for r in folded for m in r["cells"][k]] for k in range(len(folded[0]["cells"]))]
+            out.append({"model": model, "claim_id": f"{len(folded)} claims not testable in any setting",
+                        "claim": "; ".join(f"{r['claim_id']}: {r['claim']}" for r in folded),
+                        "ids": [r["claim_id"] for r in folded], "cells": cells})
+        else:
+            out += folded
+    return out
 
 
 def _setting_key(s: str):

@@ -133,8 +133,19 @@ PAGE_STATE = """async () => {
   // every visible pair, one not inside the other, sharing more than a pixel each way is named
   const name = e => e.tagName.toLowerCase() + (e.className ? '.' + String(e.className).split(' ')[0] : '') +
                     ' "' + (e.innerText || e.alt || '').trim().slice(0, 30) + '"';
+  // a block inside a scrolling box (the verdict grid's) is seen only through that box: its box clipped
+  const clipped = e => {
+    let r = e.getBoundingClientRect(), top = r.top, bottom = r.bottom, left = r.left, right = r.right;
+    for (let p = e.parentElement; p; p = p.parentElement) {
+      if (!/(auto|scroll|hidden)/.test(getComputedStyle(p).overflow)) continue;
+      const q = p.getBoundingClientRect();
+      top = Math.max(top, q.top); bottom = Math.min(bottom, q.bottom);
+      left = Math.max(left, q.left); right = Math.min(right, q.right);
+    }
+    return {top, bottom, left, right, width: right - left, height: bottom - top};
+  };
   const blocks = [...document.querySelectorAll('h1, h2, h3, .headline, table, figure, img, p')]
-    .filter(e => e.checkVisibility()).map(e => ({e, r: e.getBoundingClientRect()}))
+    .filter(e => e.checkVisibility()).map(e => ({e, r: clipped(e)}))
     .filter(b => b.r.width > 0 && b.r.height > 0);
   const overlaps = [];
   for (let i = 0; i < blocks.length; i++) for (let j = i + 1; j < blocks.length; j++) {

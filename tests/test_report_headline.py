@@ -39,6 +39,27 @@ def test_grid_has_one_mark_per_setting_verdict_in_its_setting_column():
     assert hl.setting_of("at the optimum") == ("", "at the optimum")
 
 
+def test_claims_not_testable_anywhere_share_one_row_after_the_decided_ones():
+    """A model's claims not testable in every setting fold into one row (their ids listed, every mark
+    and its reason kept); a claim with one decided or inconclusive mark keeps its own row."""
+    v = _verdicts([
+        {"claim_id": "ldl.phase_one", "group": "delta=1.5", "verdict": claims.NOT_TESTABLE, "reason": "GD only"},
+        {"claim_id": "ldl.phase_one", "group": "delta=3", "verdict": claims.NOT_TESTABLE, "reason": "GD only"},
+        {"claim_id": "ldl.phases", "group": "delta=1.5", "verdict": claims.NOT_TESTABLE, "reason": "blind"},
+        {"claim_id": "ldl.phases", "group": "delta=3", "verdict": claims.UNSURE, "reason": "wide"},
+        {"claim_id": "ldl.step_size", "group": "delta=3", "verdict": claims.NOT_TESTABLE, "reason": "one lr"},
+        {"claim_id": "ldl.phases", "group": "delta=3", "verdict": claims.NOT_TESTABLE, "reason": "x", "model": "n"},
+    ])
+    g = hl.verdict_grid(v)
+    assert [(r["model"], r["claim_id"]) for r in g["rows"]] == [
+        ("m", "ldl.phases"), ("m", "2 claims not testable in any setting"), ("n", "ldl.phases")]   # one alone stays
+    folded = g["rows"][1]
+    assert folded["ids"] == ["ldl.phase_one", "ldl.step_size"]
+    titles = [m["title"] for cell in folded["cells"] for m in cell]
+    assert len(titles) == 3 and sum("one lr" in t for t in titles) == 1 and sum("GD only" in t for t in titles) == 2
+    assert [len(c) for c in folded["cells"]] == [1, 2]            # each mark still in its setting's column
+
+
 def test_a_claim_that_mostly_fails_gets_one_sentence_with_its_commonest_reason():
     v = _verdicts([
         {"claim_id": "ldl.phases", "group": f"N={n}", "verdict": claims.FAILS,
