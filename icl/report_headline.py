@@ -91,6 +91,8 @@ def model_outcomes(tabs: dict, ldl: bool) -> list[dict]:
             what = "final train loss" if loss == "final_train_loss" else "final test loss"
             if f"final_query_{loss[6:]}" in ok:      # at the query, where the reference is (a GPT's loss: all)
                 loss = f"final_query_{loss[6:]}"
+                if "loss" in ok and ok["loss"].astype(str).eq("all").any():
+                    what += " at the query"
             if ref in ok and ok[ref].notna().any():
                 ratio = ok[loss].astype(float) / ok[ref].astype(float)
                 reached.append(f"{what} {_spread(ratio)} uniform attention's after {epochs} epochs")

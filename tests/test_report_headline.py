@@ -138,6 +138,11 @@ def test_a_model_that_has_not_learned_is_said_with_its_numbers():
     ldl = hl.model_outcomes({**t, "shift": pd.DataFrame()}, ldl=True)
     assert "final train loss 0.96× uniform attention's" in ldl[0]["reached"] and ldl[0]["status"] == "not learned"
     assert "0 of 2 runs converged" in ldl[0]["reached"]
+    # a GPT trained on every x position: judged at the query (final_query_train_loss), and said so
+    summ = t["summary"].assign(final_query_train_loss=0.2 * t["summary"]["uniform_train_loss"])
+    runs = t["runs"].assign(loss="all")
+    gpt = hl.model_outcomes({**t, "runs": runs, "summary": summ, "shift": pd.DataFrame()}, ldl=True)
+    assert "final train loss at the query 0.2× uniform attention's" in gpt[0]["reached"] and gpt[0]["status"] == "learned"
 
 
 def test_index_says_which_models_did_not_learn(tmp_path):
