@@ -18,8 +18,6 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
-
 LDL = {"tokens": {"kind": "discrete", "d": 15, "K": 4, "delta": 3.0}, "task": {"kind": "cosine", "L": 1.0, "c": 0.5},
        "prompts": {"N": 100, "train": 300, "test": 1000}}
 POLY = {"tokens": {"kind": "gaussian", "d": 30}, "task": {"kind": "polynomial", "L": 1.0},
@@ -49,6 +47,18 @@ def config(name: str, runs: int) -> dict:
             "shard_size": 100000, "memory_budget_mb": 10**6}
 
 
+def peak_mb() -> float:
+    """This process's peak resident memory in MB: VmHWM, the high-water mark of its own address
+    space. Not getrusage's ru_maxrss, which Linux carries across exec from the image it replaced:
+    a child started by a large process (pytest after a long suite, 1 GB) reads its parent's peak,
+    and the slope between two shard sizes came out 0.6-1.6x the true one."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def one(name: str, runs: int) -> None:
     """Child: train one shard of `runs` runs, print its peak RSS in MB and the estimate."""
     from icl.config import validate
@@ -63,10 +73,10 @@ def one(name: str, runs: int) -> None:
             if r.data_id not in paths:
                 paths[r.data_id] = os.path.join(tmp, f"{r.data_id}.npz")
                 write_dataset(r.data_spec, paths[r.data_id])
-        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        base = peak_mb()
         train_shard([{"run_id": r.run_id, "data_id": r.data_id, "spec": r.spec} for r in recs], paths,
                     os.path.join(tmp, "s.npz"), device="cpu", label="mem")
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = peak_mb()
     print(json.dumps({"peak_mb": peak, "before_mb": base, "estimate_mb": run_bytes(recs[0].spec) / 2**20}))
 
 
@@ -77,16 +87,12 @@ def measure(name: str, runs: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def per_run(name: str, repeats: int = 1) -> tuple[float, float]:
-    """(measured MB a run, estimated MB a run): the slope of the peak RSS between the workload's two
-    shard sizes, each size's peak the median of `repeats` fresh processes (a peak read once moves
-    with what else the machine does: beside other jobs one read 1.6x, another 0.64x the slope that
-    the same workloads read alone)."""
+def per_run(name: str) -> tuple[float, float]:
+    """(measured MB a run, estimated MB a run): the slope of the peak memory between the workload's
+    two shard sizes, each in a fresh process."""
     r1, r2 = WORKLOADS[name][3]
-    a = [measure(name, r1) for _ in range(repeats)]
-    b = [measure(name, r2) for _ in range(repeats)]
-    peak = lambda ms: float(np.median([m["peak_mb"] for m in ms]))
-    return (peak(b) - peak(a)) / (r2 - r1), a[0]["estimate_mb"]
+    a, b = measure(name, r1), measure(name, r2)
+    return (b["peak_mb"] - a["peak_mb"]) / (r2 - r1), a["estimate_mb"]
 
 
 def main() -> None:
