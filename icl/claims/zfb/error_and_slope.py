@@ -35,13 +35,11 @@ def scaling(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     1 ± half the relative distance to the N → ∞ value c². Error: the root-mean-square over (c, M)
     of (measured − predicted)/(error at Λ⁻¹ − error at Γ⁻¹), as zfb.thm42, within [0, ½] (the
     error at Λ⁻¹ → c²(c²−1)²·trΛ as M → ∞)."""
-    c = _lsa_cells(s, "scale")
-    c = c[c["c"] != 1.0]
-    if c.empty:
-        return [s.row("zfb.scaling", NOT_TESTABLE, prediction="slope c²·tr(Γ⁻¹Λ²)/trΛ, error at c·x",
-                      reason="no scale shift with c ≠ 1 evaluated on a trained LSA at M ≥ d")]
-    return (_slope_rows(s, "zfb.scaling", c, "slope of ŷ on y = c²·tr(BΛ²)/trΛ", "slope", choices)
-            + _error_rows(s, "zfb.scaling", c, "exact error at c·x (→ c²(c²−1)²·trΛ as M, N → ∞)", "error", choices))
+    return _shifted(s, "zfb.scaling", _lsa_cells(s, "scale"), choices,
+                    untestable=("slope c²·tr(Γ⁻¹Λ²)/trΛ, error at c·x",
+                                "no scale shift with c ≠ 1 evaluated on a trained LSA at M ≥ d"),
+                    slope="slope of ŷ on y = c²·tr(BΛ²)/trΛ",
+                    error="exact error at c·x (→ c²(c²−1)²·trΛ as M, N → ∞)")
 
 
 def query_shift(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
@@ -51,13 +49,21 @@ def query_shift(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     errors, within 1 ± half the relative distance to the N → ∞ value 1 (eq. 4.8: query shifts are
     tolerated). Error: the root-mean-square over M of (measured − predicted)/(error at Λ⁻¹ − error
     at Γ⁻¹), as zfb.thm42, within [0, ½]."""
-    c = _lsa_cells(s, "query_only", gaussian_only=True)
-    c = c[c["c"] != 1.0]
-    if c.empty:
-        return [s.row("zfb.query_shift", NOT_TESTABLE, prediction="slope tr(Γ⁻¹Λ²)/trΛ → 1 under x_q → c·x_q",
-                      reason="no query_only shift with c ≠ 1 evaluated on an LSA trained on a fixed covariance at M ≥ d")]
-    return (_slope_rows(s, "zfb.query_shift", c, "slope of ŷ on y_q = tr(BΛ²)/trΛ under x_q → c·x_q", "slope", choices)
-            + _error_rows(s, "zfb.query_shift", c, "exact error under x_q → c·x_q", "error", choices))
+    return _shifted(s, "zfb.query_shift", _lsa_cells(s, "query_only", gaussian_only=True), choices,
+                    untestable=("slope tr(Γ⁻¹Λ²)/trΛ → 1 under x_q → c·x_q",
+                                "no query_only shift with c ≠ 1 evaluated on an LSA trained on a fixed covariance at M ≥ d"),
+                    slope="slope of ŷ on y_q = tr(BΛ²)/trΛ under x_q → c·x_q",
+                    error="exact error under x_q → c·x_q")
+
+
+def _shifted(s: Setting, cid: str, cells, choices: Choices, untestable: tuple[str, str], slope: str,
+             error: str) -> list[dict]:
+    """A shift's slope and error rows on the cells with c ≠ 1 (c = 1 is no shift); not testable,
+    with `untestable`'s (prediction, reason), where there are none."""
+    cells = cells[cells["c"] != 1.0]
+    if cells.empty:
+        return [s.row(cid, NOT_TESTABLE, prediction=untestable[0], reason=untestable[1])]
+    return _slope_rows(s, cid, cells, slope, "slope", choices) + _error_rows(s, cid, cells, error, "error", choices)
 
 
 def random_covariance(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
