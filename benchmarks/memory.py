@@ -87,12 +87,13 @@ def measure(name: str, runs: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def per_run(name: str) -> tuple[float, float]:
-    """(measured MB a run, estimated MB a run): the slope of the peak memory between the workload's
-    two shard sizes, each in a fresh process."""
+def per_run(name: str) -> dict:
+    """The workload's two shard sizes, each measured in a fresh process: their peaks, the slope
+    between them (`measured`, MB a run) and the estimate (`estimate`, MB a run)."""
     r1, r2 = WORKLOADS[name][3]
     a, b = measure(name, r1), measure(name, r2)
-    return (b["peak_mb"] - a["peak_mb"]) / (r2 - r1), a["estimate_mb"]
+    return {"r1": r1, "r2": r2, "peak1": a["peak_mb"], "peak2": b["peak_mb"],
+            "measured": (b["peak_mb"] - a["peak_mb"]) / (r2 - r1), "estimate": a["estimate_mb"]}
 
 
 def main() -> None:
@@ -106,11 +107,9 @@ def main() -> None:
     print(f"{'workload':16} {'R1':>4} {'R2':>4} {'peak MB R1':>11} {'peak MB R2':>11} {'measured MB/run':>16} "
           f"{'estimated MB/run':>17} {'estimate/measured':>18}")
     for name in args.only:
-        r1, r2 = WORKLOADS[name][3]
-        a, b = measure(name, r1), measure(name, r2)
-        per_run = (b["peak_mb"] - a["peak_mb"]) / (r2 - r1)
-        print(f"{name:16} {r1:>4} {r2:>4} {a['peak_mb']:11.0f} {b['peak_mb']:11.0f} {per_run:16.2f} "
-              f"{a['estimate_mb']:17.2f} {a['estimate_mb'] / per_run:18.2f}", flush=True)
+        m = per_run(name)
+        print(f"{name:16} {m['r1']:>4} {m['r2']:>4} {m['peak1']:11.0f} {m['peak2']:11.0f} {m['measured']:16.2f} "
+              f"{m['estimate']:17.2f} {m['estimate'] / m['measured']:18.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ import memory  # noqa: E402
 
 
 def _ratio(name):
-    measured, estimate = memory.per_run(name)
-    return estimate / measured
+    m = memory.per_run(name)
+    return m["estimate"] / m["measured"]
 
 
 @pytest.mark.slow
