@@ -89,8 +89,9 @@ def model_outcomes(tabs: dict, ldl: bool) -> list[dict]:
             loss, ref = ("final_train_loss", "uniform_train_loss") if ldl or "uniform_test_loss" not in ok \
                 else ("final_test_loss", "uniform_test_loss")
             what = "final train loss" if loss == "final_train_loss" else "final test loss"
-            if f"final_query_{loss[6:]}" in ok:      # at the query, where the reference is (a GPT's loss: all)
-                loss = f"final_query_{loss[6:]}"
+            query = {"final_train_loss": "final_query_train_loss", "final_test_loss": "final_query_test_loss"}[loss]
+            if query in ok:                             # at the query, where the reference is (a GPT's loss: all)
+                loss = query
                 if "loss" in ok and ok["loss"].astype(str).eq("all").any():
                     what += " at the query"
             if ref in ok and ok[ref].notna().any():
