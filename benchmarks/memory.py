@@ -29,7 +29,8 @@ GPT = {"tokens": {"kind": "gaussian", "d": 20}, "task": {"kind": "linear"},
 SQ = {"name": "m", "kind": "softmax_q", "optimizer": "gd", "lr": 1.0}
 BLOCK = {"name": "m", "kind": "transformer_block", "optimizer": "adam", "lr": 1e-3, "width": 64}
 WORKLOADS = {   # name: (data, model, train settings, the two shard sizes), as in config/paper.yaml
-    "softmax_q_count": (LDL, SQ, {}, (64, 1024)),             # ldl_cosine: the count form (0.2 MB a run)
+    "softmax_q_count": (LDL, SQ, {}, (64, 4096)),             # ldl_cosine: the count form (0.2 MB a run: 4096 runs, so
+                                                              # the slope is ~800 MB, well above the tens of MB a fixed cost moves)
     "block_count": (LDL, BLOCK, {}, (8, 64)),
     "softmax_q_token": (POLY, SQ, {}, (4, 32)),               # ldl_polynomial: the token form
     "block_token": (POLY, BLOCK, {}, (2, 12)),
