@@ -165,7 +165,9 @@ GPT = {"experiments": {"g": {
     "tokens": {"kind": "gaussian", "d": 3}, "task": {"kind": "linear"}, "prompts": {"N": 6, "train": 8, "test": 16},
     "models": [{"name": "gpt", "kind": "gpt", "optimizer": "adam", "lr": 3e-3, "layers": 1, "heads": 2, "width": 8,
                 "positions": 13}],
-    "train": {"epochs": 12, "log_every": 6, "checkpoint_every": 5, "fresh": True},
+    # float32 and eager on every device: the tests compare numbers at float32's precision (on CUDA the
+    # defaults, TF32 and a compiled step, are the benchmark's; test_compiled_step_equals_eager compiles)
+    "train": {"epochs": 12, "log_every": 6, "checkpoint_every": 5, "fresh": True, "precision": "float32", "compile": False},
     "sweep": {"seed": [0, 1, 2]}}}}
 
 
@@ -308,7 +310,7 @@ def test_bf16_losses_agree_with_float32(tmp_path):
     b16 = train_shard(recs_bf16, paths, str(tmp_path / "bf16.npz"))
     assert str(b16["precision"]) == "bf16" and str(f32["precision"]) == "float32"
     rel = np.abs(b16["trace_train_loss"] - f32["trace_train_loss"]) / f32["trace_train_loss"]
-    assert rel.max() < 0.03
+    assert rel.max() < 0.03, f"bf16 against float32: max relative difference {rel.max():.3g}"
     assert rel.max() > 0                                # it did train in another precision
 
 
