@@ -174,9 +174,20 @@ def failing_claims(verdicts: pd.DataFrame) -> list[str]:
             common, _ = Counter(reasons.map(_pattern)).most_common(1)[0]
             why = _first_sentence(reasons[reasons.map(_pattern) == common].iloc[0])
         claim = claims.CLAIMS.get(cid, "")
+        split = against_text(fails)
         out.append(f"{cid} ({_first_sentence(claim, 120)}) does not hold in {len(fails)} of {len(g)} settings"
-                   + (f": {why}" if why else ""))
+                   + (f" ({split})" if split else "") + (f": {why}" if why else ""))
     return out
+
+
+def against_text(verdicts: pd.DataFrame) -> str:
+    """Who the "does not hold" rows are against, where the theory's own dynamics were measured too
+    (icl.claims.ldl.flow): 'against: theorem in 18, against: dynamics in 1' (per-setting rows), or ''."""
+    rows = verdicts[(verdicts["scope"] != "run") if "scope" in verdicts else slice(None)]
+    if "against" not in rows:
+        return ""
+    n = rows.loc[rows["verdict"] == claims.FAILS, "against"].dropna().astype(str).value_counts()
+    return ", ".join(f"against: {a} in {int(n[a])}" for a in claims.AGAINST if n.get(a, 0))
 
 
 def setting_of(group: str) -> tuple[str, str]:

@@ -37,7 +37,11 @@ CLAIMS = {
 }
 
 COLUMNS = ["experiment", "claim_id", "model", "group", "claim", "prediction", "measurement", "value", "ci_lo",
-           "ci_hi", "verdict", "reason", "domain", "fragile", "scope"]
+           "ci_hi", "verdict", "reason", "domain", "fragile", "scope", "flow_value", "flow_lo", "flow_hi", "against"]
+# `against`, on a row that does not hold where the theory's own dynamics were measured too (icl.claims.ldl.flow):
+# "theorem" (the runs follow LDL's mean-field flow; the theorem's statement disagrees with it) or
+# "dynamics" (the runs disagree with that flow too); null elsewhere
+AGAINST = ("theorem", "dynamics")
 SCOPES = ("setting", "run")      # a row per setting (the report's table), or per run (behind a toggle)
 
 
@@ -48,7 +52,9 @@ def verdict(claim_id: str, verdict: str, *, prediction: str, measurement: str, r
     learn why in one sentence. `domain`: where the runs lie outside the theorem's assumptions, a
     sentence saying which (empty where they meet them or the claim has none). `fragile`: the
     analysis choices that flip the verdict (icl.claims.judge.robust fills it). `scope`: 'setting'
-    for a row per setting, 'run' for a claim's per-run detail."""
+    for a row per setting, 'run' for a claim's per-run detail. `flow_value`, `flow_lo`, `flow_hi`
+    and `against`: the same statistic on LDL's mean-field flow and who a "does not hold" is against
+    (icl.claims.ldl.flow fills them; NaN and None where the claim has no flow reading)."""
     if claim_id not in CLAIMS:
         raise ValueError(f"unknown claim id {claim_id!r}; known: {', '.join(CLAIMS)}")
     if verdict not in VERDICTS:
@@ -62,12 +68,14 @@ def verdict(claim_id: str, verdict: str, *, prediction: str, measurement: str, r
     return {"claim_id": claim_id, "model": model, "group": group, "claim": CLAIMS[claim_id],
             "prediction": prediction, "measurement": measurement, "value": float(value),
             "ci_lo": float(ci_lo), "ci_hi": float(ci_hi), "verdict": verdict, "reason": reason, "domain": domain,
-            "fragile": fragile, "scope": scope}
+            "fragile": fragile, "scope": scope, "flow_value": math.nan, "flow_lo": math.nan, "flow_hi": math.nan,
+            "against": None}
 
 
 def table(experiment: str, rows: list[dict]) -> pd.DataFrame:
     """The verdict rows of one experiment as results/<exp>/verdicts.parquet holds them."""
-    return pd.DataFrame([{"experiment": experiment, **r} for r in rows], columns=COLUMNS)
+    out = pd.DataFrame([{"experiment": experiment, **r} for r in rows], columns=COLUMNS)
+    return out.astype({"against": "string"})
 
 
 def fmt(x, nd: int = 3) -> str:

@@ -20,13 +20,15 @@ re-runs it under the other choices and fills `fragile`. Conventions that hold th
 
 One module per section of claims: `setting` (the Setting and the shared thresholds),
 `identities` (what decides a claim without the data, the theorems' domain), `attention`,
-`time_scales`, `phases`, `stability`, `unseen`, `mean_field_flow`; this module calls them all.
+`time_scales`, `phases`, `stability`, `unseen`, `mean_field_flow`, and `flow` (each dynamics
+claim measured the same way on LDL's own mean-field flow: the third column); this module calls them all.
 """
 from __future__ import annotations
 
 from icl.claims import CLAIMS, NOT_TESTABLE
 from icl.claims.judge import by_setting, exclude, robust, settings
 from icl.claims.ldl.attention import attention_to_one, offdiag_logits, own_logit_monotone
+from icl.claims.ldl.flow import with_flow
 from icl.claims.ldl.identities import domain, regimes, scale_identity  # noqa: F401  (for the analysis and the tests)
 from icl.claims.ldl.mean_field_flow import mean_field
 from icl.claims.ldl.phases import phase_boundary, phases_claim, transition_at_Lstar
@@ -66,14 +68,16 @@ def verdicts(tabs: dict, model: str) -> list[dict]:
             continue
         sL, why = inside_eq4(s)           # the L-claims read the runs inside Eq. 4's domain
         rows += [*robust(attention_to_one, s, uses=("band",)), *robust(offdiag_logits, s, uses=("band",)),
-                 *robust(own_logit_monotone, s, uses=("band",)), *robust(time_vs_eps, s),
+                 *robust(own_logit_monotone, s, uses=("band",)), *with_flow(robust(time_vs_eps, s), time_vs_eps, s),
                  *robust(unseen_functions, s, uses=("band",)), *robust(mean_field, s, uses=("band",))]
         if sL is None:
             rows += [s.row(cid, NOT_TESTABLE, prediction="—", measurement="—",
                            reason=f"every run of this setting is outside Eq. 4's domain: {why}") for cid in L_CLAIMS]
         else:
-            rows += [*robust(phases_claim, sL), *robust(transition_at_Lstar, sL), *robust(time_vs_L, sL),
-                     *robust(phase_one, sL, uses=("band",))]
+            rows += [*with_flow(robust(phases_claim, sL), phases_claim, sL),
+                     *with_flow(robust(transition_at_Lstar, sL), transition_at_Lstar, sL),
+                     *with_flow(robust(time_vs_L, sL), time_vs_L, sL),
+                     *with_flow(robust(phase_one, sL, uses=("band",)), phase_one, sL)]
     for axis in ("delta", "N"):          # L* = 1/(Δδ): the phase boundary against Δ and N, where swept
         if axis in cols:
             for lab, g in by_setting(df, [c for c in cols if c != axis]):
