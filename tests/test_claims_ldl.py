@@ -807,3 +807,20 @@ def test_the_flow_slope_against_L_sits_beside_the_runs():
     rows = C.flow.with_flow(C.time_vs_L(sL, tcols=("t_rel_1e-2",)), C.time_vs_L, sL)
     for r in rows:
         assert np.isclose(r["flow_value"], -2.0, atol=0.02), r
+
+
+def test_a_slope_the_clock_rule_fixes_is_not_evidence():
+    """Issue 35 item 3: under lr_rule: clock (ldl_phase_diagram) T1 and the relative crossing times are
+    the same at every L by construction: phase_one and time_vs_L read not testable, saying so, with
+    the slope in epochs kept as the row's value; the same runs with a step that does not follow a
+    rule are judged (test_runs_on_the_measured_clock_are_not_failed_for_the_constant_inside_theta)."""
+    clk = on_clock(gap_power=1.0, loss0_from_gap=False)
+    assert one(C.phase_one(setting(clk)))["verdict"] == HOLDS                          # no rule: judged
+    ruled = clk.assign(lr_rule="clock")
+    p1 = one(C.phase_one(setting(ruled)))
+    assert p1["verdict"] == NOT_TESTABLE and "lr_rule: clock" in p1["reason"] and "by construction" in p1["reason"]
+    assert p1["measurement"].startswith(f"slope in epochs {p1['value']:.2f}")
+    tv = one(C.time_vs_L(setting(ruled), tcols=("t_rel_1e-2",)), "sharp, relative 1e-2")
+    assert tv["verdict"] == NOT_TESTABLE and "η·t" in tv["reason"]
+    # β compares two crossings of one run: the clock's time scale cancels, and it is judged as before
+    assert [r["verdict"] for r in C.time_vs_eps(setting(runs(seeds=FIVE).assign(lr_rule="clock")))] == [HOLDS, HOLDS]

@@ -9,7 +9,8 @@ import pandas as pd
 from icl import fits
 from icl.claims import NOT_TESTABLE, UNSURE, fmt
 from icl.claims.judge import Band, Choices, DEFAULT, boot, join, judge, too_few_seeds
-from icl.claims.ldl.identities import approx_identity, domain, gap_readings, regimes, scale_identity, steps
+from icl.claims.ldl.identities import (approx_identity, design_fixed, domain, gap_readings, regimes, scale_identity,
+                                      steps)
 from icl.claims.ldl.setting import RESOLUTION, Setting, TIME_COLS, _empty, _not_gd
 from icl.stats import MIN_SEEDS
 
@@ -106,6 +107,12 @@ def time_vs_L(s: Setting, choices: Choices = DEFAULT, tcols=TIME_COLS) -> list[d
                 rows.append(s.row(cid, UNSURE, group=group, prediction=pred, measurement=join(
                     f"{g['L'].nunique()} value(s) of L crossed {tcol} in this regime", note),
                     reason="fewer than two values of L reached this loss in this regime"))
+                continue
+            if (why := design_fixed(g, "the crossing time's slope against L")):
+                slope = fits._ols_slope(np.log(g["L"].to_numpy(float)), np.log(g[tcol].to_numpy(float)))
+                rows.append(s.row(cid, NOT_TESTABLE, group=group, prediction=pred, value=slope, reason=why,
+                                  measurement=join(f"slope in epochs {slope:.2f} over {len(g)} runs, "
+                                                   f"{g['L'].nunique()} values of L", note)))
                 continue
             if (why := approx_identity(g, "t_rel_1e-1" if "t_rel_1e-1" in g else tcol)):
                 rows.append(s.row(cid, NOT_TESTABLE, group=group, prediction=pred, reason=why, measurement=note or "—"))
@@ -228,6 +235,11 @@ def phase_one(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
                 f"{int(df['t_phase_one'].isna().sum())} run(s) never reached it" if df["t_phase_one"].isna().any() else "")
     if g["L"].nunique() < 2:
         return [_empty(s, cid, "fewer than two values of L reached the end of Phase I", pred)]
+    if (why := design_fixed(g, "the end of Phase I's slope against L")):
+        slope = fits._ols_slope(np.log(g["L"].to_numpy(float)), np.log(g["t_phase_one"].to_numpy(float)))
+        return [s.row(cid, NOT_TESTABLE, prediction=pred, value=slope, reason=why,
+                      measurement=join(f"slope in epochs {slope:.2f} over {len(g)} runs, {g['L'].nunique()} values of L",
+                                       note))]
     if (why := approx_identity(g, "t_phase_one")):
         return [s.row(cid, NOT_TESTABLE, prediction=pred, reason=why, measurement=note or "—")]
     slope, lo, hi, n, _ = fits.slope_with_bootstrap(g.astype({"L": float, "t_phase_one": float}), "t_phase_one")
