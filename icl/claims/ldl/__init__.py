@@ -25,7 +25,7 @@ claim measured the same way on LDL's own mean-field flow: the third column); thi
 """
 from __future__ import annotations
 
-from icl.claims import CLAIMS, NOT_TESTABLE
+from icl.claims import CLAIMS, NOT_TESTABLE, base_id
 from icl.claims.judge import by_setting, exclude, robust, settings
 from icl.claims.ldl.attention import attention_to_one, offdiag_logits, own_logit_monotone
 from icl.claims.ldl.flow import with_flow
@@ -88,4 +88,4 @@ def verdicts(tabs: dict, model: str) -> list[dict]:
     for lab, g in by_setting(df, [c for c in cols if c != "lr"]):      # the learning rate is step size's axis
         rows += robust(step_size, setting(lab, g, left_out=False), uses=("band",))
     order = {c: i for i, c in enumerate(CLAIMS)}
-    return sorted(rows, key=lambda r: order[r["claim_id"]])
+    return sorted(rows, key=lambda r: order[base_id(r["claim_id"])])

@@ -76,7 +76,7 @@ def shift_identity(df: pd.DataFrame) -> str | None:
 
 def domain(df: pd.DataFrame, eps: float | None = None) -> str:
     """Which of the theorems' assumptions these runs break: δ = sqrt(20K/N) below every p_k (else
-    the concentration set E* is empty), N ≥ K³, for an accuracy ε, K ≥ 1/ε (unit constants), and
+    the concentration set E* of Eq. 9 is vacuous: its lower bound (p_k − δ)N ≤ 0), N ≥ K³, for an accuracy ε, K ≥ 1/ε (unit constants), and
     Eq. 4's label gap |f(v_k) − f(v_k')| = Θ(L)Δ, measured (eq4_outside)."""
     if df.empty:
         return ""
@@ -88,7 +88,8 @@ def domain(df: pd.DataFrame, eps: float | None = None) -> str:
         p = probs(g)
         dc, pmin = ldl.delta_conc(K, N), float(p.min() / p.sum())
         if dc >= pmin:
-            out.append(f"δ = sqrt(20K/N) = {dc:.2f} ≥ min p_k = {pmin:.2f} (K={K}, N={N}): the concentration set is empty")
+            out.append(f"δ = sqrt(20K/N) = {dc:.2f} ≥ min p_k = {pmin:.2f} (K={K}, N={N}): the concentration set's "
+                       f"lower bound (p_k − δ)N ≤ 0 is vacuous (Eq. 9 admits prompts missing a feature)")
         if N < K ** 3:
             out.append(f"N = {N} < K³ = {K ** 3}")
         if eps is not None and K < 1 / eps:
