@@ -312,11 +312,12 @@ def test_runs_on_the_measured_clock_are_not_failed_for_the_constant_inside_theta
     assert "measured label gap²" in p1["prediction"] and "with L²Δ²" in p1["prediction"]
     m = re.search(r"= (-?[\d.]+) with L²Δ² .* to (-?[\d.]+) with the measured label gap²", p1["prediction"])
     assert float(m.group(1)) < -0.4 and abs(float(m.group(2))) < 0.01      # 2·dlog r/dlog L and the clock's 0
-    # uniform attention's loss ∝ the gap², so ε from the loss grows with L and the sharp 1/ε of Theorem 2 is
-    # not the clock's: the two readings of ε disagree (as on ldl_phase_diagram), inconclusive, not 'does not hold'
+    # uniform attention's loss ∝ the gap², so with ε² = the loss ε grows with L and the sharp 1/ε of Theorem 2
+    # is not the clock's; with Lemma 1's prefactor inside the O (ε² = the loss / loss₀, issue 35 item 2) ε is
+    # one number and the clock's slope is the theorem's: the band spans both, and the runs hold
     tv = one(C.time_vs_L(setting(clk), tcols=("t_rel_1e-2",)), "sharp, relative 1e-2")
-    assert tv["verdict"] == UNSURE and "the two readings of ε disagree" in tv["reason"], tv
-    assert "with the measured label gap²" in tv["prediction"]
+    assert tv["verdict"] == HOLDS, tv
+    assert "with the measured label gap²" in tv["prediction"] and "ε² = the loss / loss₀" in tv["prediction"]
     # one initial loss for every L (ε alike in both readings): the clock's slope lies in the band
     one_eps = on_clock(loss0_from_gap=False)
     assert one(C.time_vs_L(setting(one_eps), tcols=("t_rel_1e-2",)), "sharp, relative 1e-2")["verdict"] in (HOLDS, UNSURE)
@@ -875,3 +876,20 @@ def test_every_row_names_the_hypotheses_its_setting_breaks():
     assert "K = 4 < 1/ε = 10" in r["domain"] and "N = 100 < K³ = 64" not in r["domain"]
     small = runs().assign(N=50)
     assert "N = 50 < K³ = 64" in one(C.attention_to_one(setting(small)))["domain"]
+
+
+@pytest.mark.parametrize("power,expect", [(-1.2, HOLDS), (1.0, FAILS)])
+def test_absolute_threshold_band_reads_lemma_1s_prefactor(power, expect):
+    """Issue 35 item 2: loss₀ grows as L^1.3 (Lemma 1's L²Δ² prefactor, saturating), so at one absolute
+    threshold 10⁻³ a larger L must reach a smaller share of its start: with ε² = the loss / loss₀ the
+    sharp T ∝ log(·)/(ηεL²) has slopes −1.35 to −0.99, with ε² = the loss −2 to −1.84 (the old band);
+    runs at −1.2 hold (and hold on attention's reading), a slope of +1 fails both."""
+    df = runs(Ls=(0.5, 1.0, 2.0, 3.0), seeds=FIVE)
+    loss0 = 0.05 * df["L"] ** 1.3
+    g = np.random.default_rng(21)
+    df = df.assign(loss0=loss0, uniform_train_loss=loss0, final_train_loss=1e-4 * loss0,
+                   **{"t_abs_1e-3": 200 * df["L"] ** power * np.exp(0.03 * g.standard_normal(len(df))),
+                      "attn_at_t_abs_1e-3": 1 - (1 - 1 / K) * np.sqrt(1e-3 / loss0)})
+    r = one(C.time_vs_L(setting(df), tcols=("t_abs_1e-3",)), "sharp, absolute 1e-3")
+    assert r["verdict"] == expect, r
+    assert "ε² = the loss -2.00 to -1.84; ε² = the loss / loss₀ -1.35 to -0.99" in r["prediction"]

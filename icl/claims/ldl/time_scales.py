@@ -76,7 +76,8 @@ def time_vs_L(s: Setting, choices: Choices = DEFAULT, tcols=TIME_COLS) -> list[d
     ≥ 10× above them) — the band spans T with and without its log factor (the constant inside it
     is unknown) and with Eq. 4's unknown constant both at its small-LΔ value (the theorems' L²Δ²)
     and as the task has it (L²Δ² → each run's measured label gap², gap_L), widened by the slope's
-    timing resolution — once with ε read from the loss and once from attention. Runs whose step
+    timing resolution — once with ε read from the loss (ε² = the loss reached, or that over loss₀:
+    Lemma 1's L²Δ² prefactor inside the O, as loss₀ grows with L) and once from attention. Runs whose step
     follows the measured clock are not failed for the constant inside Θ; a slope outside both
     readings still fails."""
     cid = "ldl.time_vs_L"
@@ -123,18 +124,29 @@ def time_vs_L(s: Setting, choices: Choices = DEFAULT, tcols=TIME_COLS) -> list[d
 
             def pred_of(reading, g=g, rg=rg, tcol=tcol, logL=logL, tol=tol):
                 eps = EPS_READINGS[reading](g, tcol)
+                # the loss reading: ε² = the loss, or the loss over loss₀ (Lemma 1's L²Δ² prefactor inside the O:
+                # loss₀ grows with L, so at one absolute threshold the larger L must reach a smaller share of it)
+                epss = {"": eps} if reading != "loss" else \
+                    {"ε² = the loss": eps, "ε² = the loss / loss₀": eps / np.sqrt(g["loss0"].to_numpy(float))}
                 ends = {}
                 for gap, gg in gap_readings(g).items():     # Eq. 4's constant: small-LΔ value, measured gap
-                    th = fits._ols_slope(logL, np.log(fits.theory_time(gg, [rg] * len(gg), eps)))
-                    power = fits._ols_slope(logL, -np.log(gg["lr"].to_numpy(float))       # at each run's η
-                                            - 2 * np.log(gg["L"].to_numpy(float))
-                                            - (np.log(eps) if rg == "sharp" else 0.0))
-                    ends[gap] = sorted((th, power))
-                a, b = min(e[0] for e in ends.values()), max(e[1] for e in ends.values())
-                (la, lb), (ga, gb) = ends["LΔ"], ends["gap"]
+                    for how, e in epss.items():
+                        th = fits._ols_slope(logL, np.log(fits.theory_time(gg, [rg] * len(gg), e)))
+                        power = fits._ols_slope(logL, -np.log(gg["lr"].to_numpy(float))       # at each run's η
+                                                - 2 * np.log(gg["L"].to_numpy(float))
+                                                - (np.log(e) if rg == "sharp" else 0.0))
+                        ends[gap, how] = sorted((th, power))
+                span = lambda keys: (min(ends[k][0] for k in keys), max(ends[k][1] for k in keys))   # noqa: E731
+                a, b = span(ends)
+                (la, lb), (ga, gb) = (span([k for k in ends if k[0] == gap]) for gap in ("LΔ", "gap"))
                 text = f"{a:.2f} to {b:.2f}"
                 if not (np.isclose(la, ga) and np.isclose(lb, gb)):
                     text += f" (with L²Δ² {la:.2f} to {lb:.2f}, with the measured label gap² {ga:.2f} to {gb:.2f})"
+                if len(epss) > 1:
+                    parts = [f"{how} {p:.2f} to {q:.2f}" for how in epss
+                             for p, q in [span([k for k in ends if k[1] == how])]]
+                    if not all(np.isclose(ends[k], ends[next(iter(ends))]).all() for k in ends):
+                        text += f" ({'; '.join(parts)})"
                 return Band(a, b, tol), text
 
             n_seeds = g["seed"].nunique()
