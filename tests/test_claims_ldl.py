@@ -893,3 +893,28 @@ def test_absolute_threshold_band_reads_lemma_1s_prefactor(power, expect):
     r = one(C.time_vs_L(setting(df), tcols=("t_abs_1e-3",)), "sharp, absolute 1e-3")
     assert r["verdict"] == expect, r
     assert "ε² = the loss -2.00 to -1.84; ε² = the loss / loss₀ -1.35 to -0.99" in r["prediction"]
+
+
+def test_mean_field_needs_five_seeds_and_a_row_the_scale_identity_repeats_is_reported_once():
+    """Issue 35 item 6: ldl_stability's lr 1, L 1 and lr 100, L 0.1 are one dynamics under the scale
+    identity (ηL² = 1 both; +0.043 [0.021, 0.081] twice): the second reads not testable and points at
+    the first; a mean-field row over 3 seeds is inconclusive, saying why."""
+    a = runs(Ls=(0.1, 1.0), seeds=FIVE, c=0.5, lr=1.0)
+    b = runs(Ls=(0.1, 1.0), seeds=FIVE, c=0.5, lr=100.0, seed=1)
+    b["run_id"] = b["run_id"] + "-b"
+    df = pd.concat([a, b], ignore_index=True)
+    cur, mf = mf_tables(df, 1.0)
+    tabs = {**tables_for(df), "curves": cur, "theory_curves": mf}
+    rows = [r for r in C.verdicts(tabs, "m") if r["claim_id"] == "ldl.mean_field"]
+    top = {r["group"]: r for r in rows if r["scope"] == "setting"}
+    assert top["lr=1; L=1"]["verdict"] == HOLDS
+    dup = top["lr=100; L=0.1"]
+    assert dup["verdict"] == NOT_TESTABLE and "the same dynamics as the row 'lr=1; L=1'" in dup["reason"]
+    assert "ηL² = 1 in both" in dup["reason"]
+    assert NOT_TESTABLE not in (top["lr=1; L=0.1"]["verdict"], top["lr=100; L=1"]["verdict"])   # ηL² = 0.01, 100
+    assert not [r for r in rows if r["scope"] == "run" and r["group"].startswith("lr=100; L=0.1")]
+    assert len([r for r in rows if r["scope"] == "run"]) == 15
+    three = a[(a["seed"] < 3) & (a["L"] == 1.0)]
+    cur3, mf3 = mf_tables(three, 1.0)
+    r = one([r for r in C.mean_field(setting(three, curves=cur3, theory_curves=mf3)) if r["scope"] == "setting"])
+    assert r["verdict"] == UNSURE and r["reason"] == "3 seeds: an interval over seeds needs at least 5"

@@ -25,8 +25,10 @@ claim measured the same way on LDL's own mean-field flow: the third column); thi
 """
 from __future__ import annotations
 
+import math
+
 from icl.claims import CLAIMS, NOT_TESTABLE, base_id
-from icl.claims.judge import by_setting, exclude, robust, settings
+from icl.claims.judge import by_setting, exclude, join, robust, settings
 from icl.claims.ldl.attention import attention_to_one, offdiag_logits, own_logit_monotone
 from icl.claims.ldl.flow import with_flow
 from icl.claims.ldl.identities import domain, regimes, scale_identity  # noqa: F401  (for the analysis and the tests)
@@ -87,5 +89,40 @@ def verdicts(tabs: dict, model: str) -> list[dict]:
                     measurement="—", reason=f"every run of this setting is outside Eq. 4's domain: {why}")]
     for lab, g in by_setting(df, [c for c in cols if c != "lr"]):      # the learning rate is step size's axis
         rows += robust(step_size, setting(lab, g, left_out=False), uses=("band",))
+    rows = once(rows, df, cols)
     order = {c: i for i, c in enumerate(CLAIMS)}
     return sorted(rows, key=lambda r: order[base_id(r["claim_id"])])
+
+
+def once(rows: list[dict], df, cols: list[str]) -> list[dict]:
+    """Rows an identity makes equal to another reported once: under the scale identity (GD at
+    (η, L) is GD at (ηL², 1)) the per-L mean-field rows of two step sizes with one ηL² (the same
+    seeds and other settings) are one measurement; the later reads not testable, pointing at the
+    first, and its per-run rows are dropped."""
+    if "lr" not in cols or not scale_identity(df) or not (df["optimizer"] == "gd").all():
+        return rows
+    first, dup = {}, {}
+    rest = [c for c in cols if c != "lr"]
+    for lab, g in by_setting(df, cols):
+        for L, gL in g.groupby("L", sort=True):
+            key = (tuple(str(gL.iloc[0][c]) for c in rest), f"{float(gL['lr'].iloc[0]) * float(L) ** 2:.6g}",
+                   tuple(sorted(gL["seed"].tolist())))
+            group = join(lab, f"L={L:g}")
+            if key in first:
+                dup[group] = (first[key], key[1])
+            else:
+                first[key] = group
+    out = []
+    for r in rows:
+        if base_id(r["claim_id"]) != "ldl.mean_field" or not dup:
+            out.append(r)
+            continue
+        if r["scope"] == "run" and any(r["group"].startswith(g + "; ") for g in dup):
+            continue
+        if r["scope"] == "setting" and r["group"] in dup:
+            to, c = dup[r["group"]]
+            r = {**r, "verdict": NOT_TESTABLE, "ci_lo": math.nan, "ci_hi": math.nan, "fragile": "", "against": None,
+                 "reason": f"the same dynamics as the row '{to}' by the scale identity (GD at (η, L) is GD at (ηL², 1); "
+                           f"ηL² = {c} in both): reported once, there"}
+        out.append(r)
+    return out
