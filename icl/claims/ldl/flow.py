@@ -100,8 +100,12 @@ def with_flow(rows: list[dict], fn, s: Setting, choices: Choices = DEFAULT) -> l
     """`rows` (fn's on the runs of s) with the flow's column: flow_value (the balanced flow),
     flow_lo/flow_hi (it and the sampled-count flow), and on a row that does not hold `against` and
     a reason saying who disagrees."""
-    bal = _values(fn, s, flow_runs(s), choices)
-    smp = _values(fn, s, flow_runs(s, "mean_field_loss_sampled"), choices) if bal else {}
+    key = tuple(s.runs["run_id"])
+    for loss in ("mean_field_loss", "mean_field_loss_sampled"):
+        if (loss, key) not in s.flows:
+            s.flows[loss, key] = flow_runs(s, loss)
+    bal = _values(fn, s, s.flows["mean_field_loss", key], choices)
+    smp = _values(fn, s, s.flows["mean_field_loss_sampled", key], choices) if bal else {}
     for r in rows:
         v = bal.get(r["group"], math.nan)
         w = smp.get(r["group"], math.nan)

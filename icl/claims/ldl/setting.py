@@ -39,6 +39,7 @@ class Setting:
     curves: pd.DataFrame = field(default_factory=pd.DataFrame)          # train_loss rows of these runs
     theory_curves: pd.DataFrame = field(default_factory=pd.DataFrame)
     domain_note: str = ""      # a broken assumption of runs left out of `runs` (Eq. 4, for the L-claims)
+    flows: dict = field(default_factory=dict, repr=False)   # icl.claims.ldl.flow's readings, made once per setting
 
     def row(self, cid: str, v: str, *, group: str = "", measurement: str = "", **kw) -> dict:
         """A verdict row of this setting: its label joined to the claim's own group, the runs
