@@ -454,7 +454,7 @@ def index_entry(name: str, description: str, results_dir: str) -> dict:
         with open(head) as fh:
             learning = json.load(fh).get("learning", "")
     return {"name": name, "description": description, "runs": len(summary), "counts": counts, "per_run": per_run,
-            "learning": learning,
+            "learning": learning, "against": report_headline.against_text(verdicts),
             "train_seconds": float(summary["train_seconds"].sum()),
             "devices": ", ".join(sorted(set(summary["device"].astype(str)))), "thumbnail": thumb}
 
