@@ -14,6 +14,7 @@ from icl.fresh import FreshPrompts
 from icl.plan import plan
 from icl.streams import MASK, Stream, run_keys, triple32
 from icl.train import ShardTraining, train_shard
+from numerics import PINNED
 
 CPU = torch.device("cpu")
 
@@ -165,9 +166,8 @@ GPT = {"experiments": {"g": {
     "tokens": {"kind": "gaussian", "d": 3}, "task": {"kind": "linear"}, "prompts": {"N": 6, "train": 8, "test": 16},
     "models": [{"name": "gpt", "kind": "gpt", "optimizer": "adam", "lr": 3e-3, "layers": 1, "heads": 2, "width": 8,
                 "positions": 13}],
-    # float32 and eager on every device: the tests compare numbers at float32's precision (on CUDA the
-    # defaults, TF32 and a compiled step, are the benchmark's; test_compiled_step_equals_eager compiles)
-    "train": {"epochs": 12, "log_every": 6, "checkpoint_every": 5, "fresh": True, "precision": "float32", "compile": False},
+    # float32 and eager on every device (tests/numerics.py); test_compiled_step_equals_eager compiles
+    "train": {"epochs": 12, "log_every": 6, "checkpoint_every": 5, "fresh": True, **PINNED},
     "sweep": {"seed": [0, 1, 2]}}}}
 
 

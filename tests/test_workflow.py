@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 import pytest
 import yaml
 
@@ -119,7 +120,8 @@ def test_index_tells_what_was_found(finished):
         badge = f'<span class="badge v-{verdict.replace(" ", "-")}">{n} {verdict}</span>'
         assert badge in index and badge in report, verdict                       # the same counts in both
     assert (v["verdict"] == "not testable").sum() >= 5              # the softmax_q claims the identity decides
-    assert 'alt="key figure of tiny"' in index and "8 runs; training" in index and " on cpu" in index
+    device = "cuda" if torch.cuda.is_available() else "cpu"         # where the jobs trained (device: auto)
+    assert 'alt="key figure of tiny"' in index and "8 runs; training" in index and f" on {device}" in index
     thumb = (finished / "results/tiny/thumbnail.png").read_bytes()
     assert thumb.startswith(b"\x89PNG") and base64.b64encode(thumb).decode() in index
 
