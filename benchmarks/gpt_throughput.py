@@ -249,7 +249,7 @@ def main() -> None:
             strongest = max(r[2] for r in rows) if rows else float("nan")
             for label, n, rate, dt in rows:
                 tf = fl * rate / 1e12
-                print(f"{label:<34} {n:>5} {rate:>12.1f} {tf:>8.3g} {100 * tf / form[dt if dt in form else 'float32']:>9.1f}% "
+                print(f"{label:<34} {n:>5} {rate:>12.1f} {tf:>8.3g} {'—':>10} "      # its matmuls are not the ensemble's form
                       f"{100 * tf / peak.get('bf16', peak['float32']):>10.1f}%", flush=True)
             for precision in precisions:
                 for comp in compiles:
