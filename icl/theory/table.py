@@ -2,6 +2,9 @@
 reports and notebooks compare like with like (one row per run_id, as the measured tables)."""
 from __future__ import annotations
 
+import json
+from typing import NamedTuple
+
 import numpy as np
 
 from icl.data import covariance, feature_probs, features
@@ -134,9 +137,11 @@ def train_counts(spec: dict) -> tuple[np.ndarray, np.ndarray]:
 def mean_field_rows(plan_runs: list[dict], mean_field: frozenset) -> pd.DataFrame:
     """LDL mean-field loss and own-attention for softmax_q runs on discrete tokens with GD, and the
     same flow on each run's own training prompts' feature counts (`mean_field_loss_sampled`, beside
-    the balanced |V_k| = p_k N: the approximation's measured bias, which ldl.mean_field's band reads)."""
+    the balanced |V_k| = p_k N: the approximation's measured bias, which ldl.mean_field's band reads).
+    Each distinct flow is integrated once (`flow_curves`): seeds whose features do not depend on the
+    seed share the balanced flow, runs with the same prompts' counts, task and step the sampled one."""
     import pandas as pd   # here, not at the top: training jobs import lsa_optimum and never a table
-    parts, memo = [], {}
+    flows, runs, drawn = {}, [], {}
     for r in plan_runs:
         s = r["spec"]
         tok, task, model = s["tokens"], s["task"], s["model"]
@@ -147,23 +152,63 @@ def mean_field_rows(plan_runs: list[dict], mean_field: frozenset) -> pd.DataFram
         if C is None:   # no closed-form label covariance for this task family: no curve
             continue
         p = feature_probs(tok)
-        ep = np.asarray(log_epochs(s["train"]["epochs"], s["train"]["log_every"]))
-        # seeds share the curve when the features do not depend on the seed (orthogonal features)
-        key = (V.tobytes(), p.tobytes(), C.tobytes(), model["lr"], s["train"]["epochs"], ep.tobytes())
-        if key not in memo:
-            loss, attn = ldl.mean_field_curve_cov(V, p, C, model["lr"], s["train"]["epochs"])
-            memo[key] = (loss, np.array([np.mean(np.diag(a)) for a in attn[ep]]))
-        loss, own = memo[key]
-        counts, query = train_counts(s)
-        skey = (counts.tobytes(), query.tobytes(), V.tobytes(), C.tobytes(), model["lr"], s["train"]["epochs"])
-        if skey not in memo:
-            memo[skey] = ldl.mean_field_curve_counts(V, counts, query, C, model["lr"], s["train"]["epochs"])
-        sampled = memo[skey]
-        parts.append(pd.DataFrame({"run_id": r["run_id"], "epoch": np.tile(ep, 3),
-                                   "metric": np.repeat(["mean_field_loss", "mean_field_attn_own",
-                                                        "mean_field_loss_sampled"], len(ep)),
-                                   "value": np.concatenate([loss[ep], own, sampled[ep]])}))
-    if not parts:
+        eta, epochs, K = model["lr"], s["train"]["epochs"], len(p)
+        ep = np.asarray(log_epochs(epochs, s["train"]["log_every"]))
+        data_key = (s["seed"], json.dumps(tok, sort_keys=True), s["prompts"]["N"], s["prompts"]["train"])
+        if data_key not in drawn:     # the prompts' features are drawn before their labels: one draw for every task
+            drawn[data_key] = train_counts(s)
+        counts, query = drawn[data_key]
+        task_key = (V.shape, V.tobytes(), C.tobytes(), eta, epochs)
+        balanced = ("balanced", p.tobytes()) + task_key
+        sampled = ("sampled", counts.shape, counts.tobytes(), query.tobytes()) + task_key
+        if balanced not in flows:      # the balanced counts as K prompts, query k, weighted p_k
+            flows[balanced] = Flow(V, C, np.tile(p, (K, 1)), np.arange(K), p, eta, epochs)
+        if sampled not in flows:
+            flows[sampled] = Flow(V, C, counts, query, np.full(len(query), 1.0 / len(query)), eta, epochs)
+        runs.append((r["run_id"], ep, balanced, sampled))
+    curves = flow_curves(flows)
+    if not runs:
         return pd.DataFrame({"run_id": pd.Series(dtype="string"), "epoch": pd.Series(dtype="int64"),
                              "metric": pd.Series(dtype="string"), "value": pd.Series(dtype="float64")})
-    return pd.concat(parts, ignore_index=True)
+    names = np.array(["mean_field_loss", "mean_field_attn_own", "mean_field_loss_sampled"])
+    cols = {"run_id": [], "epoch": [], "metric": [], "value": []}
+    for run_id, ep, balanced, sampled in runs:
+        (loss, own), smp = curves[balanced], curves[sampled][0]
+        cols["run_id"].append(np.repeat(run_id, 3 * len(ep)))
+        cols["epoch"].append(np.tile(ep, 3))
+        cols["metric"].append(np.repeat(names, len(ep)))
+        cols["value"].append(np.concatenate([loss[ep], own[ep], smp[ep]]))
+    return pd.DataFrame({k: np.concatenate(v) for k, v in cols.items()})
+
+
+class Flow(NamedTuple):
+    """One mean-field flow's inputs: features V (K, d), label covariance C (K, K), prompts' counts
+    (P, K), their queries (P,) and shares of the loss (P,), the step and the number of epochs."""
+    V: np.ndarray
+    C: np.ndarray
+    counts: np.ndarray
+    query: np.ndarray
+    weight: np.ndarray
+    eta: float
+    epochs: int
+
+
+FLOW_CHUNK = 1 << 22   # runs x K² x prompts per call of ldl.count_flows: its largest temporary, ~32 MB
+
+
+def flow_curves(flows: dict) -> dict:
+    """{key: (loss, own attention)} over epochs 0..epochs of every flow (ldl.count_flows): flows of one
+    K, number of prompts and epochs are integrated together, in chunks of FLOW_CHUNK."""
+    groups: dict = {}
+    for key, f in flows.items():
+        groups.setdefault((len(f.V), len(f.query), f.epochs), []).append(key)
+    out = {}
+    for (K, P, epochs), keys in groups.items():
+        step = max(1, FLOW_CHUNK // (K * K * P))
+        for i in range(0, len(keys), step):
+            fs = [flows[k] for k in keys[i:i + step]]
+            loss, own = ldl.count_flows(np.stack([f.V @ f.V.T for f in fs]), np.stack([ldl.diff_cov(f.C) for f in fs]),
+                                        np.stack([f.counts for f in fs]), np.stack([f.query for f in fs]),
+                                        np.stack([f.weight for f in fs]), np.array([f.eta for f in fs], float), epochs)
+            out.update(zip(keys[i:i + step], zip(loss, own)))
+    return out
