@@ -375,3 +375,38 @@ def test_theory_curves_equal_the_per_run_code_on_a_small_config():
         for col in ("run_id", "epoch", "metric"):
             np.testing.assert_array_equal(got[col].to_numpy(), want[col].to_numpy())
         np.testing.assert_allclose(got["value"].to_numpy(), want["value"].to_numpy(), rtol=1e-10, atol=0)
+
+
+def test_a_store_of_flows_integrates_only_the_flows_it_lacks(tmp_path, monkeypatch):
+    """flow_curves with a store: the first call integrates every flow, a later one with a flow added
+    and one changed (its step) integrates those two alone, and every curve equals the one integrated
+    without a store."""
+    from icl.theory import table
+    V = 3.0 / np.sqrt(2) * np.eye(5)[:4]
+    C = ldl.cosine_label_cov(V, 1.0, 0.5)
+
+    def flow(seed, eta):
+        g = np.random.default_rng(seed)
+        return table.Flow(V, C, g.multinomial(10, [0.25] * 4, size=20), g.integers(0, 4, 20), np.full(20, 0.05), eta, 12)
+
+    flows = {i: flow(i, 1.0) for i in range(3)}
+    fresh = table.flow_curves(flows)
+    store = str(tmp_path / "flows.npz")
+    seen = []
+    real = ldl.count_flows
+    monkeypatch.setattr(ldl, "count_flows", lambda *a: seen.append(len(a[0])) or real(*a))
+    first = table.flow_curves(flows, store)
+    assert seen == [3]
+    later = {**flows, 1: flow(1, 2.0), 3: flow(3, 1.0)}
+    second = table.flow_curves(later, store)
+    assert seen == [3, 2]
+    assert set(table.read_flows(store)) == {table.flow_key(f) for f in later.values()}
+    for key in flows:
+        np.testing.assert_array_equal(first[key][0], fresh[key][0])
+    for key in (0, 2):
+        np.testing.assert_array_equal(second[key][0], fresh[key][0])
+        np.testing.assert_array_equal(second[key][1], fresh[key][1])
+    again = table.flow_curves({1: flow(1, 2.0), 3: flow(3, 1.0)})
+    for key in (1, 3):
+        np.testing.assert_array_equal(second[key][0], again[key][0])
+    assert not np.allclose(second[1][0], fresh[1][0])

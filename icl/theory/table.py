@@ -2,7 +2,11 @@
 reports and notebooks compare like with like (one row per run_id, as the measured tables)."""
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
+import os
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -134,12 +138,13 @@ def train_counts(spec: dict) -> tuple[np.ndarray, np.ndarray]:
     return counts, feat[:, -1]
 
 
-def mean_field_rows(plan_runs: list[dict], mean_field: frozenset) -> pd.DataFrame:
+def mean_field_rows(plan_runs: list[dict], mean_field: frozenset, store: str | None = None) -> pd.DataFrame:
     """LDL mean-field loss and own-attention for softmax_q runs on discrete tokens with GD, and the
     same flow on each run's own training prompts' feature counts (`mean_field_loss_sampled`, beside
     the balanced |V_k| = p_k N: the approximation's measured bias, which ldl.mean_field's band reads).
     Each distinct flow is integrated once (`flow_curves`): seeds whose features do not depend on the
-    seed share the balanced flow, runs with the same prompts' counts, task and step the sampled one."""
+    seed share the balanced flow, runs with the same prompts' counts, task and step the sampled one;
+    `store`: flow_curves' file of flows integrated before."""
     import pandas as pd   # here, not at the top: training jobs import lsa_optimum and never a table
     flows, runs, drawn = {}, [], {}
     for r in plan_runs:
@@ -166,7 +171,7 @@ def mean_field_rows(plan_runs: list[dict], mean_field: frozenset) -> pd.DataFram
         if sampled not in flows:
             flows[sampled] = Flow(V, C, counts, query, np.full(len(query), 1.0 / len(query)), eta, epochs)
         runs.append((r["run_id"], ep, balanced, sampled))
-    curves = flow_curves(flows)
+    curves = flow_curves(flows, store)
     if not runs:
         return pd.DataFrame({"run_id": pd.Series(dtype="string"), "epoch": pd.Series(dtype="int64"),
                              "metric": pd.Series(dtype="string"), "value": pd.Series(dtype="float64")})
@@ -196,13 +201,18 @@ class Flow(NamedTuple):
 FLOW_CHUNK = 1 << 22   # runs x K² x prompts per call of ldl.count_flows: its largest temporary, ~32 MB
 
 
-def flow_curves(flows: dict) -> dict:
+def flow_curves(flows: dict, store: str | None = None) -> dict:
     """{key: (loss, own attention)} over epochs 0..epochs of every flow (ldl.count_flows): flows of one
-    K, number of prompts and epochs are integrated together, in chunks of FLOW_CHUNK."""
+    K, number of prompts and epochs are integrated together, in chunks of FLOW_CHUNK. With `store`
+    (an .npz), the flows it holds under the same inputs and integrator are read, not integrated
+    again, and it is rewritten with this call's flows: a plan that gains runs integrates only theirs."""
+    names = {key: flow_key(f) for key, f in flows.items()} if store else {}
+    known = read_flows(store) if store and os.path.exists(store) else {}
+    out = {key: known[h] for key, h in names.items() if h in known}
     groups: dict = {}
     for key, f in flows.items():
-        groups.setdefault((len(f.V), len(f.query), f.epochs), []).append(key)
-    out = {}
+        if key not in out:
+            groups.setdefault((len(f.V), len(f.query), f.epochs), []).append(key)
     for (K, P, epochs), keys in groups.items():
         step = max(1, FLOW_CHUNK // (K * K * P))
         for i in range(0, len(keys), step):
@@ -211,4 +221,40 @@ def flow_curves(flows: dict) -> dict:
                                         np.stack([f.counts for f in fs]), np.stack([f.query for f in fs]),
                                         np.stack([f.weight for f in fs]), np.array([f.eta for f in fs], float), epochs)
             out.update(zip(keys[i:i + step], zip(loss, own)))
+    if store and flows:
+        write_flows(store, {names[key]: out[key] for key in flows})
     return out
+
+
+def flow_key(f: Flow) -> str:
+    """A flow's name in a store: a hash of its inputs and of the integrator's source (ldl.py), so a
+    changed input or a changed flow is integrated anew."""
+    h = hashlib.sha256(_integrator())
+    for a in (f.V, f.C, f.counts, f.query, f.weight):
+        a = np.ascontiguousarray(a)
+        h.update(repr((a.shape, a.dtype.str)).encode())
+        h.update(a.tobytes())
+    h.update(repr((float(f.eta), int(f.epochs))).encode())
+    return h.hexdigest()[:32]
+
+
+@functools.cache
+def _integrator() -> bytes:
+    return Path(ldl.__file__).read_bytes()
+
+
+def read_flows(path: str) -> dict:
+    """{name: (loss, own)} from a store written by write_flows."""
+    with np.load(path) as z:
+        names, ends, loss, own = z["names"], z["ends"], z["loss"], z["own"]
+    starts = np.r_[0, ends[:-1]]
+    return {str(n): (loss[a:b], own[a:b]) for n, a, b in zip(names, starts, ends)}
+
+
+def write_flows(path: str, curves: dict) -> None:
+    """The flows' curves, concatenated (one file, whatever the number of flows)."""
+    from icl.files import atomic_path
+    lengths = [len(loss) for loss, _ in curves.values()]
+    with atomic_path(path) as tmp:
+        np.savez(tmp, names=np.array(list(curves), dtype=str), ends=np.cumsum(lengths, dtype=np.int64),
+                 loss=np.concatenate([c[0] for c in curves.values()]), own=np.concatenate([c[1] for c in curves.values()]))
