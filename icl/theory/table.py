@@ -6,6 +6,7 @@ import functools
 import hashlib
 import json
 import os
+import zipfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -245,9 +246,13 @@ def _integrator() -> bytes:
 
 
 def read_flows(path: str) -> dict:
-    """{name: (loss, own)} from a store written by write_flows."""
-    with np.load(path) as z:
-        names, ends, loss, own = z["names"], z["ends"], z["loss"], z["own"]
+    """{name: (loss, own)} from a store written by write_flows; none from a file it cannot read (a
+    cache: the flows are integrated anew)."""
+    try:
+        with np.load(path) as z:
+            names, ends, loss, own = z["names"], z["ends"], z["loss"], z["own"]
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+        return {}
     starts = np.r_[0, ends[:-1]]
     return {str(n): (loss[a:b], own[a:b]) for n, a, b in zip(names, starts, ends)}
 
