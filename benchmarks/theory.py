@@ -6,9 +6,9 @@ new), checking that both give the same theory_curves. Prints wall and CPU second
     .venv/bin/python benchmarks/theory.py                  # 720 runs, and ldl_phase_diagram (450)
     .venv/bin/python benchmarks/theory.py --seeds 20       # 120 runs
 
-The code timed is the `icl` that `python -m icl` imports: with PYTHONPATH set to another checkout
-(its top folder), that checkout's theory step runs on the same plans (one without --flows ignores
-the store: run such a checkout with --no-store).
+The code timed is the `icl` that `python -m icl` imports in the current folder: run from another
+checkout's top folder with PYTHONPATH=. to time its theory step on the same plans (--no-store for
+a checkout from before the store). Before/after in benchmarks/README.md were measured that way.
 """
 from __future__ import annotations
 
