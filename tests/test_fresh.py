@@ -15,6 +15,7 @@ from icl.plan import plan
 from icl.streams import MASK, Stream, run_keys, triple32
 from icl.train import ShardTraining, train_shard
 from numerics import PINNED
+from test_train import resumed_after_kill
 
 CPU = torch.device("cpu")
 
@@ -213,23 +214,9 @@ def test_a_shard_in_chunks_equals_it_whole(tmp_path, monkeypatch):
 
 
 def test_resumed_fresh_run_equals_an_unbroken_one(tmp_path):
-    import icl.train as T
     recs, paths = _gpt(tmp_path)
     ref = train_shard(recs, paths, str(tmp_path / "ref.npz"))
-    out = str(tmp_path / "res.npz")
-    orig = T.Progress.update
-
-    def boom(self, done, *a, **k):
-        orig(self, done, *a, **k)
-        if done == 7:
-            raise KeyboardInterrupt
-    T.Progress.update = boom
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            train_shard(recs, paths, out)
-    finally:
-        T.Progress.update = orig
-    res = train_shard(recs, paths, out)
+    res = resumed_after_kill(recs, paths, str(tmp_path / "res.npz"))
     for key in set(ref) - {"seconds"}:
         np.testing.assert_array_equal(res[key], ref[key], err_msg=key)
 
