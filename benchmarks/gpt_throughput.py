@@ -41,7 +41,6 @@ from torch.utils.flop_counter import FlopCounterMode
 from icl.config import validate
 from icl.data import write_dataset
 from icl.plan import plan
-from icl.runtime import pick_precision
 from icl.train import ShardTraining, compile_step, load_prompts
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -85,10 +84,9 @@ def sync(dev):
 
 def check_equal(dev, tmp: str) -> float:
     """The ensemble's losses against the nanoGPT module's over 5 Adam steps on fixed prompts."""
-    cfg = recipe("zfb", 2, 5)
+    cfg = recipe("zfb", 2, 5, "float32")
     cfg["experiments"]["g"]["train"]["fresh"] = False
     recs, paths = shard(cfg, tmp)
-    torch.backends.cuda.matmul.allow_tf32 = False
     sh = ShardTraining(recs, paths, dev)
     ens = []
     for e in range(5):
@@ -132,8 +130,8 @@ def loop_flops(shape: str) -> float:
 def time_ensemble(shape, runs, steps, precision, compiled, dev, tmp, mode=None) -> dict:
     cfg = recipe(shape, runs, steps, precision, compiled)
     recs, paths = shard(cfg, tmp)
-    used = pick_precision(precision, dev)
-    sh = ShardTraining(recs, paths, dev, precision=used)
+    sh = ShardTraining(recs, paths, dev)
+    used = sh.model.precision
     flops = step_flops(sh)
     did = compile_step(sh, compiled, "bench", **({"mode": mode} if mode else {})) if compiled else False
     warm = 3

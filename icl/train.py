@@ -197,13 +197,12 @@ class ShardTraining:
     (icl.fresh), the trace and the divergence marks stay there, and they are copied at the logged
     epochs and checkpoints (`sync`)."""
 
-    def __init__(self, runs: list[dict], data_paths: dict, dev, saved: dict | None = None,
-                 precision: str = "float32"):
+    def __init__(self, runs: list[dict], data_paths: dict, dev, saved: dict | None = None):
         spec0 = runs[0]["spec"]
         self.runs, self.dev, self.tr = runs, dev, spec0["train"]
         self.seeds = [r["spec"]["seed"] for r in runs]
         self.model = models.build(spec0["model"], spec0["tokens"])
-        self.model.precision, self.model.device_type = precision, dev.type
+        self.model.precision, self.model.device_type = pick_precision(self.tr.get("precision"), dev), dev.type
         self.cache = read_datasets(runs, data_paths)
         self.references: dict = {}
         self.train = load_prompts(self.model, runs, self.cache, "train", dev, references=self.references)
@@ -408,14 +407,13 @@ def _train_write(runs: list[dict], data_paths: dict, out_path: str, dev, threads
     if threads:
         torch.set_num_threads(threads)
     tr = runs[0]["spec"]["train"]
-    precision = pick_precision(tr.get("precision"), dev)
     print(f"[{label}] {len(runs)} runs on {dev}"
           + (f" ({torch.cuda.get_device_name(dev)}, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
-             if dev.type == "cuda" else f" ({torch.get_num_threads()} threads)") + f", precision {precision}",
-          file=sys.stderr, flush=True)
+             if dev.type == "cuda" else f" ({torch.get_num_threads()} threads)"), file=sys.stderr, flush=True)
     ckpt = Checkpoint(out_path + ".ckpt", [r["run_id"] for r in runs], label)
     t_setup = time.time()
-    sh = ShardTraining(runs, data_paths, dev, ckpt.load(dev), precision)
+    sh = ShardTraining(runs, data_paths, dev, ckpt.load(dev))
+    print(f"[{label}] precision {sh.model.precision}", file=sys.stderr, flush=True)
     compiled = compile_step(sh, tr.get("compile", dev.type == "cuda"), label)
     prog, t0 = Progress(label, sh.epochs), time.time()
     every = sh.tr.get("checkpoint_every", 50)
