@@ -331,7 +331,7 @@ def test_real_lsa_levelled_off_at_a_wrong_matrix_fails_the_optimisation_rows(tmp
     from icl.io import read_shard
     from icl.tables import long_tables
     ev = {"lengths": [3, 6, 12, 24], "prompts": 1000, "shifts": [{"kind": "none"}, {"kind": "scale", "c": [2.0]}]}
-    tabs, recs, paths = train_lsa(tmp_path, 100, 0.05, evaluate=ev)
+    tabs, recs, paths = train_lsa(tmp_path, 150, 0.05, evaluate=ev)   # at 100 epochs of this stream: 0.43 [0.28, 0.54] of the gap, inconclusive
     good = {**tabs, "shift": evaluate_trained(recs, paths, str(tmp_path / "s.npz"), str(tmp_path / "shift.parquet"))}
     rows = zfb.verdicts(good)
     assert groups(rows, "zfb.thm42") == {"error; formula": HOLDS, "error; optimisation": HOLDS}, rows
