@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from icl.figures import draw_all, later, png, report_layout
+from icl.report.figures import draw_all, later, png, report_layout
 
 
 def line_figure(slope: float, nothing: bool = False):
@@ -49,7 +49,7 @@ def test_a_figure_not_drawn_beforehand_is_drawn_when_shown():
 def test_attention_summary_figure_only_for_continuous_tokens():
     """A linear task has no L, so no attention map is drawn; with discrete tokens (K set) that
     must not turn into the continuous tokens' attention-summary figure."""
-    from icl.report import model_section
+    from icl.report.page import model_section
     read = []
     def section(K):
         runs = pd.DataFrame({"run_id": ["a", "b"], "model": "m", "model_kind": "softmax_q", "optimizer": "gd",
@@ -85,7 +85,7 @@ def _attention(layers, heads, K=3, epochs=(0, 5)):
 def test_heads_figures_and_the_last_layer_mean():
     """A model with several heads: the LDL figures read the last layer's mean over its heads (a
     one-head table reads as it is), and each head is drawn on its own."""
-    from icl import report_heads
+    from icl.report import heads as report_heads
     attn = _attention(2, 3)
     assert report_heads.has_heads(attn) and not report_heads.has_heads(_attention(1, 1))
     mean = report_heads.last_layer(attn)
@@ -110,7 +110,7 @@ def test_heads_figures_and_the_last_layer_mean():
 def test_zfb_figure_draws_models_by_kind_and_splits_training_laws():
     """The error figure draws every trained model that is not linear attention (whatever its
     configured name), and one figure per training law when an experiment trains on several."""
-    from icl import report_zfb
+    from icl.report import zfb as report_zfb
     rows = []
     for law, eval_id in (("gaussian", "e1"), ("random_covariance", "e2")):
         for name, kind in (("my_gpt", "gpt"), ("lsa", "lsa"), ("ols", "baseline")):
@@ -135,7 +135,7 @@ def test_zfb_figure_draws_models_by_kind_and_splits_training_laws():
 def test_escape_figure_draws_every_run_and_counts_the_stuck():
     """t_escape per run against N, one colour per training law; a run that never left its
     plateau drawn at the top and counted in the legend."""
-    from icl.report_zfb import escape_figure
+    from icl.report.zfb import escape_figure
     runs = pd.DataFrame({"run_id": list("abcd"), "N": [10, 10, 20, 20], "epochs": 3000,
                          "token_kind": ["gaussian", "random_covariance"] * 2})
     summary = pd.DataFrame({"run_id": list("abcd"), "t_escape": pd.array([1300, 900, None, 1500], dtype="Int64")})
@@ -149,7 +149,7 @@ def test_escape_figure_draws_every_run_and_counts_the_stuck():
 def test_seed_figure_has_a_panel_per_law_and_N():
     """ZFB §5's grid: a panel per (training law, N) with each nonlinear model's curve per test law,
     the LSA limit beside it and OLS (exact for M ≥ d) drawn at the axis floor, not at 1e-24."""
-    from icl.report_zfb import seed_figure
+    from icl.report.zfb import seed_figure
     rows = []
     for law, eid in (("gaussian", "e1"), ("random_covariance", "e2")):
         for N in (10, 20):
@@ -175,7 +175,7 @@ def test_seed_figure_has_a_panel_per_law_and_N():
 
 def _checked(fig, tidied: bool = True) -> list[str]:
     """layout_problems of a figure after it is drawn as the report draws it (tidy first unless not)."""
-    from icl.figures import layout_problems, tidy
+    from icl.report.figures import layout_problems, tidy
     fig.set_layout_engine("tight")
     if tidied:
         tidy(fig)
@@ -250,7 +250,7 @@ def test_long_titles_are_wrapped_to_their_panel():
 def test_report_figures_on_synthetic_tables_read_clean():
     """The loss figure (reference level drawn, one line per setting where a band would pool them),
     the attention figures (1/K drawn) and the maps pass the layout check."""
-    from icl import report
+    from icl.report import page as report
     runs = pd.DataFrame({"run_id": list("abcd"), "L": 0.2, "delta": [1.0, 1.0, 3.0, 3.0], "seed": [0, 1, 0, 1],
                          "model": "m", "lr": 0.1})
     curves = pd.DataFrame([{"run_id": r, "epoch": e, "metric": "train_loss", "value": (1 + (r in "cd")) / (1 + e)}
@@ -277,8 +277,8 @@ def test_thumbnail_is_small_and_key_figure_follows_the_headline():
     """The index's thumbnail: a PNG 400 px wide of a few KB; for a model the headline calls not
     learned, its own loss figure (which draws uniform attention's level) rather than another's."""
     from PIL import Image
-    from icl.figures import THUMB_WIDTH, thumbnail
-    from icl.report import key_figure
+    from icl.report.figures import THUMB_WIDTH, thumbnail
+    from icl.report.page import key_figure
     big = line_figure(2.0)
     small = thumbnail(str(big))
     im = Image.open(io.BytesIO(small))
@@ -295,7 +295,7 @@ def test_thumbnail_is_small_and_key_figure_follows_the_headline():
 def test_no_uniform_level_against_an_objective_over_every_position():
     """A GPT trained on every x position (loss: all): its train loss is not the query's error, so
     uniform attention's level (the query's) is drawn only against its test loss at the query."""
-    from icl import report
+    from icl.report import page as report
     runs = pd.DataFrame({"run_id": ["a", "b"], "L": 0.2, "seed": [0, 1], "model": "g", "lr": 0.1, "loss": "all"})
     curves = pd.DataFrame([{"run_id": r, "epoch": e, "metric": "train_loss", "value": 1 / (1 + e)}
                            for r in "ab" for e in range(5)])

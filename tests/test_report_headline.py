@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from icl import claims
-from icl import report, report_headline as hl, report_zfb
+from icl.report import headline as hl, page as report, zfb as report_zfb
 
 
 def _verdicts(rows):

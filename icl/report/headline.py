@@ -3,7 +3,7 @@ numbers; the verdict counts per claim (per-setting rows, the figures the index s
 sizes where the experiment scales them down (config/paper.yaml); a sentence per claim whose rows
 read mostly "does not hold"; and the claims × settings grid of every per-setting verdict.
 
-Reads only the experiment's tables and what icl.report.render is given; the learning test is the
+Reads only the experiment's tables and what icl.report.page.render is given; the learning test is the
 claims' own (icl.claims.learned.below with the references the claims use), so a model the header
 calls "not learned" is one whose claims were gated on it."""
 from __future__ import annotations
@@ -136,7 +136,7 @@ def learning_sentence(outcomes: list[dict]) -> str:
 
 def claim_counts(verdicts: pd.DataFrame, robustness: dict | None = None) -> list[dict]:
     """Per claim (and model where several judge it), its per-setting rows counted by verdict, with
-    the fragile count from `robustness` (icl.report.claim_robustness)."""
+    the fragile count from `robustness` (icl.report.page.claim_robustness)."""
     rows = verdicts[verdicts["scope"] != "run"] if "scope" in verdicts else verdicts
     out = []
     for cid, g in rows.groupby("claim_id", sort=False):

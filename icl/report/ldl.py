@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from icl import fits
-from icl.figures import QUALITATIVE, Figure, later, legend_below, palette, png
+from icl.report.figures import QUALITATIVE, Figure, later, legend_below, palette, png
 from icl.theory import ldl
 
 

@@ -23,8 +23,10 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 from jinja2 import Environment, FileSystemLoader, select_autoescape  # noqa: E402
 
-from icl import claims, report_headline, report_heads, report_ldl, report_zfb, tasks  # noqa: E402
-from icl.figures import (QUALITATIVE, REFERENCE, Figure, draw_all, later, legend_below, palette, png,  # noqa: E402
+from icl import claims, tasks  # noqa: E402
+from icl.report import headline as report_headline, heads as report_heads  # noqa: E402
+from icl.report import ldl as report_ldl, zfb as report_zfb  # noqa: E402
+from icl.report.figures import (QUALITATIVE, REFERENCE, Figure, draw_all, later, legend_below, palette, png,  # noqa: E402
                          report_layout, thumbnail)
 from icl.files import atomic_path  # noqa: E402
 from icl.io import read_parquet  # noqa: E402
@@ -385,7 +387,7 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
 
 def headline(experiment: str, exp: dict, tabs: dict, verdicts: pd.DataFrame, ldl: bool,
              paper: str | None = None) -> dict:
-    """What the page opens with (icl.report_headline): per model what was trained and what it
+    """What the page opens with (icl.report.headline): per model what was trained and what it
     reached, the verdict counts per claim (per-setting rows, as on the index), the paper's sizes
     where this experiment is smaller, and a sentence per claim that mostly does not hold."""
     paper_exp = None

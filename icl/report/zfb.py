@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import seaborn as sns
 
 from icl import models
-from icl.figures import QUALITATIVE, REFERENCE, Figure, legend_below, palette, png
+from icl.report.figures import QUALITATIVE, REFERENCE, Figure, legend_below, palette, png
 from icl.claims.zfb import BEYOND_LINEAR, TRAINED_LSA, healthy_shift
 
 MARKERS = "oxs^Dv"      # one per model drawn beside the LSA, so coinciding curves stay apart
