@@ -259,11 +259,21 @@ def test_report_figures_on_synthetic_tables_read_clean():
     others = pd.DataFrame({"run_id": "z", "epoch": [0, 1], "metric": "mean_field_loss", "value": 1.0})
     f = report.loss_figure(curves, runs, [0.2], "(a) loss", others, reference=uniform)   # no mean field of these runs
     rows = pd.read_csv(io.StringIO(base64.b64decode(f.csv).decode()))
+    # one L: each Δ a line of its own colour, with its band over seeds and its own level
+    assert f.problems == [] and "(a line per delta, band: min–max over seeds)" in " ".join(rows["panel"].iloc[0].split())
+    colour = rows.groupby("series")["colour"].first()
+    assert colour["delta=1 median"] != colour["delta=3 median"]
+    assert {"delta=1 min", "delta=1 max", "delta=3 min", "delta=3 max"} <= set(rows["series"])
+    assert np.allclose(rows.loc[rows["series"] == "delta=1 uniform attention", "y"], 0.5)
+    assert np.allclose(rows.loc[rows["series"] == "delta=3 uniform attention", "y"], 1.0)
+    # several L: a colour per L, one line per Δ within it, no band (it would pool settings)
+    both = pd.concat([runs, runs.assign(run_id=lambda r: r["run_id"] + "2", L=1.5)])
+    curves2 = pd.concat([curves, curves.assign(run_id=lambda c: c["run_id"] + "2")])
+    f = report.loss_figure(curves2, both, [0.2, 1.5], "(a) loss", others)
+    rows = pd.read_csv(io.StringIO(base64.b64decode(f.csv).decode()))
     assert f.problems == [] and "(a line per delta: no band)" in rows["panel"].iloc[0]
-    assert {"L=0.2, delta=1 median", "L=0.2, delta=3 median"} <= set(rows["series"])       # a line per Δ
-    assert not rows["series"].str.endswith((" min", " max")).any()                          # and no band
-    level = rows[rows["series"] == "L=0.2 uniform attention"]
-    assert np.allclose(level["y"], 0.75)                                                     # its median level
+    assert {"L=0.2, delta=1 median", "L=0.2, delta=3 median", "L=1.5, delta=3 median"} <= set(rows["series"])
+    assert not rows["series"].str.endswith((" min", " max")).any()
     attn = _attention(1, 1, K=4).assign(run_id=lambda d: d["run_id"].map({"a": "a", "b": "b"}))
     two = runs[runs["run_id"].isin(["a", "b"])]
     scores = report.attention_scores_figure(report.report_heads.last_layer(attn), two, 0.2, 4)
@@ -310,10 +320,17 @@ def test_no_uniform_level_against_an_objective_over_every_position():
     assert {"L=0.2 uniform attention", "L=0.2 query median"} <= drawn
 
 
-def test_report_layout_logs_every_problem():
+def test_a_layout_problem_fails_the_report_naming_the_figure():
+    """A problem found while drawing is logged and raised with the figure's title (also its alt
+    text); figures without one pass."""
+    import pytest
+    from icl.report.figures import LayoutError
     out = io.StringIO()
     f = later(line_figure, 1.0)
     str(f)
+    assert f.title == "line 1"
     f.problems = ["[x] a legend covers 3 data point(s)"]
-    assert report_layout([f, later(line_figure, 2.0)], out) == 1
-    assert out.getvalue() == "layout: [x] a legend covers 3 data point(s)\n"
+    with pytest.raises(LayoutError, match=r"1 layout problem\(s\)[^\n]*\nlayout: line 1: \[x\] a legend covers 3"):
+        report_layout([f, later(line_figure, 2.0)], out)
+    assert out.getvalue() == "layout: line 1: [x] a legend covers 3 data point(s)\n"
+    assert report_layout([later(line_figure, 2.0)], out) == 0

@@ -65,11 +65,16 @@ def _per_setting(ax, df: pd.DataFrame, runs: pd.DataFrame, by: str, x: str, y: s
         return
     for n, (key, g) in enumerate(runs.groupby(keys, dropna=False)):
         med = df[df["run_id"].isin(g["run_id"])].groupby(x)[y].median()
-        what = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in zip(keys, np.atleast_1d(key)))
+        what = _setting(keys, key)
         ax.plot(med.index, med.values, color=color, lw=0.9, alpha=0.8, label=label if n == 0 else "_",
                 gid=f"{label}, {what} median")
     if log:
         ax.set_yscale("log")
+
+
+def _setting(keys: list[str], key) -> str:
+    """A group's setting as "token_kind=gaussian, N=20"."""
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in zip(keys, np.atleast_1d(key)))
 
 
 def wide_objective(runs: pd.DataFrame) -> bool:
@@ -88,15 +93,22 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
     (figures.palette), so an L looks the same everywhere."""
     if not Ls:
         return None
-    fig, ax = plt.subplots(figsize=(5.2, 3.4 + 0.2 * -(-(len(Ls) + 3) // 3)))
     colours = colours or palette(Ls)
+    keys = settings_of(runs[runs[by].isin(Ls)], by)
+    if len(Ls) == 1 and keys:       # one value of `by`: each setting a line of its own colour, with its band
+        lines = [(_setting(keys, key), QUALITATIVE[n % len(QUALITATIVE)], g)
+                 for n, (key, g) in enumerate(runs[runs[by] == Ls[0]].groupby(keys, dropna=False))]
+        per = f" (a line per {', '.join(keys)}, band: min–max over seeds)"
+    else:
+        lines = [(f"{by}={L:g}", colours[float(L)], runs[runs[by] == L]) for L in Ls]
+        per = f" (a line per {', '.join(keys)}: no band)" if keys else ""
+    fig, ax = plt.subplots(figsize=(5.2, 3.4 + 0.2 * -(-(len(lines) + 3) // 3)))
     mean_field = level = at_query = not_comparable = False
-    for color, L in ((colours[float(L)], L) for L in Ls):
-        mine = runs[runs[by] == L]
+    for name, color, mine in lines:
         ids = mine["run_id"]
         df = curves[curves["run_id"].isin(ids) & (curves["metric"] == "train_loss")]
         df = df[df["value"] > 0]
-        _per_setting(ax, df, mine, by, "epoch", "value", f"{by}={L:g}", color, log=True)
+        _per_setting(ax, df, mine, by, "epoch", "value", name, color, log=True)
         if test:
             med = curves[curves["run_id"].isin(ids) & (curves["metric"] == "test_loss")].groupby("epoch")["value"].median()
             ax.plot(med.index, med.values, color=color, ls=":", lw=1.1)
@@ -111,13 +123,13 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
             q = curves[curves["run_id"].isin(ids) & (curves["metric"] == "test_query_loss")].groupby("epoch")["value"]
             if len(q):
                 med = q.median()
-                ax.plot(med.index, med.values, color=color, ls=(0, (1, 1)), lw=1.3, gid=f"{by}={L:g} query median")
+                ax.plot(med.index, med.values, color=color, ls=(0, (1, 1)), lw=1.3, gid=f"{name} query median")
                 at_query = True
             else:
                 ref, not_comparable = ref.iloc[:0], True
         if len(ref) and len(df):
             ax.plot([df["epoch"].min(), df["epoch"].max()], [ref.median()] * 2, **{**REFERENCE, "color": color},
-                    gid=f"{by}={L:g} uniform attention")
+                    gid=f"{name} uniform attention")
             level = True
     if mean_field:
         ax.plot([], [], color="grey", ls="--", label="mean field (LDL Lemma 2)")
@@ -129,8 +141,7 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
         ax.plot([], [], **REFERENCE, label="uniform attention's loss at the query\n(= nothing learned)")
     ax.set_xlabel("epoch")
     ax.set_ylabel(("train " if not test else "") + "loss ½E[(ŷ−y)²] (log)")
-    keys = settings_of(runs[runs[by].isin(Ls)], by)
-    ax.set_title(title + (f" (a line per {', '.join(keys)}: no band)" if keys else "")
+    ax.set_title(title + per
                  + (" — trained on every x position: uniform attention's level, the query's, not drawn"
                     if not_comparable else ""), fontsize=10)
     legend_below(ax)
@@ -381,7 +392,8 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
     with atomic_path(os.path.join(results_dir, "thumbnail.png")) as tmp, open(tmp, "wb") as fh:
         fh.write(thumbnail(str(thumb)) if thumb else b"")
     _write(os.path.join(results_dir, "headline.json"),
-           json.dumps({"models": head["models"], "learning": head["learning"]}, indent=1, ensure_ascii=False))
+           json.dumps({"models": head["models"], "learning": head["learning"], "finding": head["finding"]}, indent=1,
+                      ensure_ascii=False))
     _write(out_path, html)
 
 
@@ -389,7 +401,8 @@ def headline(experiment: str, exp: dict, tabs: dict, verdicts: pd.DataFrame, ldl
              paper: str | None = None) -> dict:
     """What the page opens with (icl.report.headline): per model what was trained and what it
     reached, the verdict counts per claim (per-setting rows, as on the index), the paper's sizes
-    where this experiment is smaller, and a sentence per claim that mostly does not hold."""
+    where this experiment is smaller, a sentence per claim with a "does not hold" in any setting (or
+    one saying why nothing was decided), and the index's line of what was found."""
     paper_exp = None
     if paper and os.path.exists(paper):
         with open(paper) as fh:
@@ -397,8 +410,8 @@ def headline(experiment: str, exp: dict, tabs: dict, verdicts: pd.DataFrame, ldl
     models = report_headline.model_outcomes(tabs, ldl)
     return {"models": models, "learning": report_headline.learning_sentence(models),
             "claims": report_headline.claim_counts(verdicts, claim_robustness(verdicts)),
-            "failing": report_headline.failing_claims(verdicts),
-            "paper": report_headline.paper_sizes(exp, paper_exp)}
+            "failing": report_headline.failing_claims(verdicts), "undecided": report_headline.undecided(verdicts),
+            "finding": report_headline.finding(verdicts), "paper": report_headline.paper_sizes(exp, paper_exp)}
 
 
 # run columns that identify or describe a run rather than set it
@@ -442,19 +455,20 @@ def verdict_counts(verdicts: pd.DataFrame) -> tuple[list[tuple[str, int]], int]:
 
 
 def index_entry(name: str, description: str, results_dir: str) -> dict:
-    """What the index says of one experiment: verdict counts, runs, training time, device, key figure."""
+    """What the index says of one experiment: verdict counts and the line of its main finding (the
+    report's headline.json), runs, training time, device, key figure."""
     verdicts = read_parquet(os.path.join(results_dir, "verdicts.parquet"))
     summary = read_parquet(os.path.join(results_dir, "summary.parquet"))
     with open(os.path.join(results_dir, "thumbnail.png"), "rb") as fh:
         thumb = base64.b64encode(fh.read()).decode()
     counts, per_run = verdict_counts(verdicts)
     head = os.path.join(results_dir, "headline.json")
-    learning = ""
+    said = {}
     if os.path.exists(head):               # written by the report beside the thumbnail
         with open(head) as fh:
-            learning = json.load(fh).get("learning", "")
+            said = json.load(fh)
     return {"name": name, "description": description, "runs": len(summary), "counts": counts, "per_run": per_run,
-            "learning": learning,
+            "learning": said.get("learning", ""), "finding": said.get("finding", ""),
             "train_seconds": float(summary["train_seconds"].sum()),
             "devices": ", ".join(sorted(set(summary["device"].astype(str)))), "thumbnail": thumb}
 
