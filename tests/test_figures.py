@@ -240,6 +240,42 @@ def test_log_axis_minor_labels_collide_untidied_and_not_tidied():
     assert _checked(narrow(5, 8)) == []             # under half a decade: a few plain steps
 
 
+def test_legend_below_fits_the_figure_and_merges_repeats():
+    """Long labels that three columns would push past both sides of the figure (zfb_gpt's clipped
+    "ss, fresh prompts (median)") get fewer columns, or wrap; repeated labels are listed once; text
+    under 9 px is named."""
+    from icl.report.figures import _drawn, legend_below
+
+    def crowded(place):
+        fig, ax = plt.subplots(figsize=(5.2, 3.4))
+        x = np.arange(1, 10)
+        for k in range(3):
+            ax.plot(x, x * (k + 1), label=f"token_kind=random_covariance, a long setting name {k}")
+            ax.plot(x, x * (k + 1.5), color=f"C{k}", label=f"token_kind=random_covariance, a long setting name {k}")
+        ax.plot(x, x + 1, ls=":", label="test loss, fresh prompts (median)")
+        ax.set_title("loss over training")
+        place(ax)
+        return fig
+
+    def three(ax):
+        fig = ax.get_figure()
+        fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=7, frameon=False)
+        fig.set_layout_engine("tight", rect=(0, 0.2, 1, 1))
+
+    def problems(fig):                      # drawn as the report draws it, its layout kept
+        try:
+            return _drawn(fig)[2]
+        finally:
+            plt.close(fig)
+
+    assert any("figure legend leaves the figure" in p for p in problems(crowded(three)))
+    fig = crowded(legend_below)
+    assert len(fig.legends[0].get_texts()) == 4                         # six lines, three labels, and the test line
+    assert problems(fig) == []
+    found = problems(crowded(lambda ax: legend_below(ax, fontsize=5)))
+    assert any("legend text 7.6 px high, under 9 px" in p for p in found), found
+
+
 def test_long_titles_are_wrapped_to_their_panel():
     fig, ax = plt.subplots(figsize=(3, 2.5))
     ax.plot([0, 1], [0, 1])
@@ -270,10 +306,15 @@ def test_report_figures_on_synthetic_tables_read_clean():
     both = pd.concat([runs, runs.assign(run_id=lambda r: r["run_id"] + "2", L=1.5)])
     curves2 = pd.concat([curves, curves.assign(run_id=lambda c: c["run_id"] + "2")])
     f = report.loss_figure(curves2, both, [0.2, 1.5], "(a) loss", others)
+    marker = {ln.get_gid(): ln.get_marker() for ln in f.fig.axes[0].get_lines() if ln.get_gid()}
     rows = pd.read_csv(io.StringIO(base64.b64decode(f.csv).decode()))
     assert f.problems == [] and "(a line per delta: no band)" in rows["panel"].iloc[0]
     assert {"L=0.2, delta=1 median", "L=0.2, delta=3 median", "L=1.5, delta=3 median"} <= set(rows["series"])
     assert not rows["series"].str.endswith((" min", " max")).any()
+    # a marker per Δ, the same at every L, named in the legend beside a swatch per L
+    assert marker["L=0.2, delta=1 median"] == marker["L=1.5, delta=1 median"] != marker["L=0.2, delta=3 median"]
+    legend = [t.get_text() for t in f.fig.legends[0].get_texts()]
+    assert {"L=0.2", "L=1.5", "delta=1", "delta=3"} <= set(legend), legend
     attn = _attention(1, 1, K=4).assign(run_id=lambda d: d["run_id"].map({"a": "a", "b": "b"}))
     two = runs[runs["run_id"].isin(["a", "b"])]
     scores = report.attention_scores_figure(report.report_heads.last_layer(attn), two, 0.2, 4)

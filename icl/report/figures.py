@@ -271,7 +271,19 @@ def _problems(fig, boxes, renderer, tol) -> list[str]:
             n = _covered_points(ax, leg.get_window_extent(renderer))
             if n:
                 found.append(f"{(ax.get_title() or 'a panel')[:40]}: legend covers {n} data point(s)")
-    return found + undrawn_entries(fig)
+    return found + undrawn_entries(fig) + small_legends(fig)
+
+
+MIN_LEGEND_PX = 9       # legend text at least this high (its font size) at the image's natural size
+
+
+def small_legends(fig) -> list[str]:
+    """Legends whose text is under MIN_LEGEND_PX at the dpi the figure is drawn at: a crowded figure
+    must be split or its entries merged, not its legend shrunk."""
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend() is not None)]
+    sizes = [t.get_fontsize() * fig.dpi / 72 for leg in legends for t in leg.get_texts()]
+    return [f"legend text {min(sizes):.1f} px high, under {MIN_LEGEND_PX} px"] if sizes and min(sizes) < MIN_LEGEND_PX \
+        else []
 
 
 def legend_below(ax, ncol: int = 3, fontsize: float = 7) -> None:

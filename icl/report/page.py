@@ -55,21 +55,48 @@ def settings_of(runs: pd.DataFrame, by: str) -> list[str]:
     return [c for c in swept_columns(runs) if c not in (by, "seed") and runs[c].astype(str).nunique() > 1]
 
 
-def _per_setting(ax, df: pd.DataFrame, runs: pd.DataFrame, by: str, x: str, y: str, label: str, color,
-                 log: bool) -> None:
-    """The runs' `y` against `x`: a median and band over seeds where the runs differ in their seed
-    only, else one median line per setting (no band), the first one labelled."""
+SETTING_MARKERS = "os^Dvx+P*<>h"     # one per swept setting where the colour says the L (or the feature)
+
+
+def distinct_settings(runs: pd.DataFrame, by: str) -> list[str]:
+    """settings_of less the settings another one fixes (a step the clock sets from Δ and N, a c tied
+    to L): the columns that tell the lines of one `by` value apart, each named once."""
     keys = settings_of(runs, by)
+    for k in list(keys):
+        rest = [c for c in keys if c != k]
+        if rest and runs.groupby([by, *rest], dropna=False)[k].nunique(dropna=False).max() <= 1:
+            keys.remove(k)
+    return keys
+
+
+def _per_setting(ax, df: pd.DataFrame, runs: pd.DataFrame, by: str, x: str, y: str, label: str, color,
+                 log: bool, markers: dict | None = None) -> None:
+    """The runs' `y` against `x`: a median and band over seeds where the runs differ in their seed
+    only, else one median line per setting (no band), each with its setting's marker (`markers`,
+    shared by the figure's calls so a setting keeps its marker; the figure's legend names them)
+    and `label` on a colour swatch."""
+    keys = distinct_settings(runs, by)
     if not keys:
         _band(ax, df, x, y, label, color, log)
         return
-    for n, (key, g) in enumerate(runs.groupby(keys, dropna=False)):
+    markers = {} if markers is None else markers
+    for key, g in runs.groupby(keys, dropna=False):
         med = df[df["run_id"].isin(g["run_id"])].groupby(x)[y].median()
         what = _setting(keys, key)
-        ax.plot(med.index, med.values, color=color, lw=0.9, alpha=0.8, label=label if n == 0 else "_",
+        mark = markers.setdefault(what, SETTING_MARKERS[len(markers) % len(SETTING_MARKERS)])
+        step = max(1, len(med) // 6)            # six marks a line, each setting's a little apart from the next
+        ax.plot(med.index, med.values, color=color, lw=0.9, alpha=0.8, marker=mark, ms=3.5, mfc="none",
+                markevery=(list(markers).index(what) * max(1, step // 4) % step, step), label="_",
                 gid=f"{label}, {what} median")
+    ax.fill_between([], [], color=color, label=label)          # the colour's legend entry, a swatch
     if log:
         ax.set_yscale("log")
+
+
+def setting_legend(ax, markers: dict) -> None:
+    """Grey legend entries for the settings' markers (_per_setting), one per setting."""
+    for what, mark in markers.items():
+        ax.plot([], [], color="0.35", ls="none", marker=mark, ms=4, mfc="none", label=what)
 
 
 def _setting(keys: list[str], key) -> str:
@@ -94,7 +121,7 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
     if not Ls:
         return None
     colours = colours or palette(Ls)
-    keys = settings_of(runs[runs[by].isin(Ls)], by)
+    keys = distinct_settings(runs[runs[by].isin(Ls)], by)
     if len(Ls) == 1 and keys:       # one value of `by`: each setting a line of its own colour, with its band
         lines = [(_setting(keys, key), QUALITATIVE[n % len(QUALITATIVE)], g)
                  for n, (key, g) in enumerate(runs[runs[by] == Ls[0]].groupby(keys, dropna=False))]
@@ -104,11 +131,12 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
         per = f" (a line per {', '.join(keys)}: no band)" if keys else ""
     fig, ax = plt.subplots(figsize=(5.2, 3.4 + 0.2 * -(-(len(lines) + 3) // 3)))
     mean_field = level = at_query = not_comparable = False
+    markers = {}
     for name, color, mine in lines:
         ids = mine["run_id"]
         df = curves[curves["run_id"].isin(ids) & (curves["metric"] == "train_loss")]
         df = df[df["value"] > 0]
-        _per_setting(ax, df, mine, by, "epoch", "value", name, color, log=True)
+        _per_setting(ax, df, mine, by, "epoch", "value", name, color, log=True, markers=markers)
         if test:
             med = curves[curves["run_id"].isin(ids) & (curves["metric"] == "test_loss")].groupby("epoch")["value"].median()
             ax.plot(med.index, med.values, color=color, ls=":", lw=1.1)
@@ -131,6 +159,7 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
             ax.plot([df["epoch"].min(), df["epoch"].max()], [ref.median()] * 2, **{**REFERENCE, "color": color},
                     gid=f"{name} uniform attention")
             level = True
+    setting_legend(ax, markers)
     if mean_field:
         ax.plot([], [], color="grey", ls="--", label="mean field (LDL Lemma 2)")
     if test:
@@ -154,10 +183,12 @@ def attention_scores_figure(attn, runs, L, K, tag: str = "") -> Figure:
     mine = runs[runs["L"] == L]
     df = attn[attn["run_id"].isin(mine["run_id"]) & (attn["query_feature"] == 0)]
     fig, ax = plt.subplots(figsize=(5.2, 4.0))
-    pal = QUALITATIVE
+    pal, markers = QUALITATIVE, {}
     for k in range(K):
         lab = "Attn₁ (own)" if k == 0 else f"Attn_{{{k + 1},1}}"
-        _per_setting(ax, df[df["key_feature"] == k], mine, "L", "epoch", "attn", lab, pal[k], log=False)
+        _per_setting(ax, df[df["key_feature"] == k], mine, "L", "epoch", "attn", lab, pal[k], log=False,
+                     markers=markers)
+    setting_legend(ax, markers)
     ax.axhline(1 / K, **REFERENCE, label=f"1/K = {1 / K:.2g}: uniform attention\n(= nothing learned)")
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("epoch")
@@ -266,15 +297,18 @@ def attention_summary_figure(curves, runs, colours: dict) -> Figure:
     """For continuous tokens: attention entropy and the mass on the nearest 10% of tokens."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     Ls = sorted(runs["L"].dropna().unique()) or [None]
+    markers = {}
     for ax, metric, lab in ((axes[0], "attn_entropy", "attention entropy (nats)"),
                             (axes[1], "attn_knn", "mass on the nearest 10% of tokens")):
         for color, L in ((QUALITATIVE[0] if L is None else colours[float(L)], L) for L in Ls):
             ids = runs["run_id"] if L is None else runs.loc[runs["L"] == L, "run_id"]
             df = curves[curves["run_id"].isin(ids) & (curves["metric"] == metric)]
             mine = runs if L is None else runs[runs["L"] == L]
-            _per_setting(ax, df, mine, "L", "epoch", "value", "all" if L is None else f"L={L:g}", color, log=False)
+            _per_setting(ax, df, mine, "L", "epoch", "value", "all" if L is None else f"L={L:g}", color, log=False,
+                         markers=markers)
         ax.set_xlabel("epoch")
         ax.set_ylabel(lab)
+    setting_legend(axes[1], markers)
     legend_below(axes[1], ncol=4)
     fig.suptitle("attention summaries for continuous tokens", fontsize=10)
     return png(fig)
