@@ -228,8 +228,9 @@ def test_sweep_over_K_reports_each_K_apart(tmp_path):
     assert {int(k): int(v) for k, v in att.groupby("K")["key_feature"].max().items()} == {2: 1, 3: 2}
     html = (tmp_path / "reports/tiny.html").read_text()
     # with K swept there is no single L*: all L are drawn together, and one set of maps per K
-    assert html.count('alt="attention maps"') == 2
-    assert html.count('alt="figure"') == 1 + 2              # one loss figure, attention scores per K
+    maps = re.findall(r'alt="sq attention maps, figure \d: attention maps [^"]*(K=\d)', html)
+    assert sorted(maps) == ["K=2", "K=3"], maps            # the alt text names each figure, its K too
+    assert len(re.findall(r'alt="sq, figure \d+: ', html)) == 1 + 2     # one loss figure, attention scores per K
 
 
 def test_shape_group_of_several_shards_runs_to_the_report(tmp_path):
