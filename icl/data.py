@@ -15,7 +15,7 @@ from icl.tasks import sample_labels   # each task family draws its own labels (i
 
 STREAM_FEATURES, STREAM_TRAIN, STREAM_TEST = 0, 1, 2
 STREAM_EVAL = 100_000        # + cell index: evaluation prompts under shift (icl.evaluate)
-STREAM_FRESH = 1_000_000     # + epoch: fresh training prompts
+STREAM_FRESH = 1_000_000     # + epoch: fresh training prompts (drawn on the training device: icl.fresh)
 STREAM_ROTATION = 3          # the eigenvectors of a rotated gaussian covariance (seed: rotation_seed)
 
 
@@ -117,18 +117,15 @@ def covariance(tokens: dict) -> np.ndarray:
     return np.diag(lam) if R is None else (R * lam) @ R.T
 
 
-def make_split(spec: dict, feats, n_prompts: int, stream: int, N: int | None = None, tokens: bool = True,
-               dims: int | None = None) -> dict:
-    """n_prompts prompts of N context tokens (default: the spec's N) and a query (last); with
-    `dims`, x drawn in all d coordinates and those from `dims` on set to 0 before the labels
-    (Garg et al.'s curriculum: the task's w is still drawn in all d).
+def make_split(spec: dict, feats, n_prompts: int, stream: int, tokens: bool = True) -> dict:
+    """n_prompts prompts of the spec's N context tokens and a query (last).
 
     Noiseless discrete tokens are their features, so the labels are drawn at the K features of
     each prompt and picked per token: the same draws and the same numbers as labelling every
     token (a prompt's function is drawn once, whatever it is evaluated at), without the (P, T, d)
     tokens; with `tokens=False` those are not made at all (write_dataset keeps the indices)."""
     g = rng(spec["seed"], stream)
-    n_tok = (N or spec["prompts"]["N"]) + 1
+    n_tok = spec["prompts"]["N"] + 1
     tok = spec["tokens"]
     if tokens_are_features(tok):
         idx = feature_indices(tok, n_prompts, n_tok, g)
@@ -136,19 +133,8 @@ def make_split(spec: dict, feats, n_prompts: int, stream: int, N: int | None = N
         out = {"y": np.take_along_axis(at_features, idx, 1).astype(np.float32), "feat": idx.astype(np.int16)}
         return {"x": feats[idx].astype(np.float32), **out} if tokens else out
     x, idx = sample_tokens(tok, feats, n_prompts, n_tok, g)
-    if dims is not None and dims < tok["d"]:
-        x[..., dims:] = 0.0
     y = sample_labels(spec["task"], x, g)
     return {"x": x.astype(np.float32), "y": y.astype(np.float32), "feat": idx.astype(np.int16)}
-
-
-def fresh_batch(spec: dict, feats, epoch: int, stage: dict | None = None) -> dict:
-    """Training prompts drawn anew for one epoch (train.fresh): a stream of their own per epoch;
-    `stage` (curriculum_stage) shortens them to its points and zeroes x past its dims."""
-    if not stage:
-        return make_split(spec, feats, spec["prompts"]["train"], STREAM_FRESH + epoch)
-    return make_split(spec, feats, spec["prompts"]["train"], STREAM_FRESH + epoch,
-                      N=stage["points"] - 1, dims=stage["dims"])
 
 
 def curriculum_stage(spec: dict, step: int) -> dict | None:

@@ -237,6 +237,7 @@ def summary_table(sh: dict) -> pd.DataFrame:
         summ[col] = dyn.get(col, np.full(R, np.nan))
     summ["train_seconds"] = float(sh["seconds"]) / R
     summ["device"] = str(sh["device"])
+    summ["precision"] = str(sh.get("precision", "float32"))      # what its matmuls ran in (train.precision)
     summ["code_version"] = str(sh["code_version"]) if "code_version" in sh else "unknown"
     summ["code_hash"] = str(sh["code_hash"]) if "code_hash" in sh else "unknown"
     return summ

@@ -30,8 +30,9 @@ class Run:
 
 def identity(spec: dict) -> dict:
     """What a run's numbers depend on, hashed into its id. Left out: how often it checkpoints,
-    and the evaluate section (evaluation is its own step, so new shifts never retrain)."""
-    train = {k: v for k, v in spec["train"].items() if k != "checkpoint_every"}
+    whether its step is compiled (the same arithmetic), and the evaluate section (evaluation is its
+    own step, so new shifts never retrain)."""
+    train = {k: v for k, v in spec["train"].items() if k not in ("checkpoint_every", "compile")}
     return {**{k: v for k, v in spec.items() if k != "evaluate"}, "train": train}
 
 
@@ -117,8 +118,6 @@ def plan(cfg: dict, name: str) -> list[Run]:
         fixed = load_bytes(members[0].spec, len(members))
         size = max(1, min(cfg["shard_size"], (budget - fixed) // need if budget > fixed else 1))
         model = members[0].spec["model"]["kind"]
-        cap = models.MODELS[model].ensemble_cap(members[0].spec) if cfg.get("device") != "cuda" else None
-        size = min(size, cap or size)
         order = lambda r: sweep_position(r.spec, keys) + [r.run_id]
         for chunk in chunks(sorted(members, key=order), size):
             shard = f"{model}-{stable_hash(sorted(r.run_id for r in chunk), 10)}"

@@ -61,7 +61,8 @@ def _grid(shape: tuple[int, ...]) -> list[np.ndarray]:
     return [g.ravel() for g in np.meshgrid(*(np.arange(n) for n in shape), indexing="ij", copy=False)]
 
 
-LOGGED_EXCEPT = ("run_id", "epoch", "diverged_at", "seconds", "device", "device_name", "threads", "code_version",
+LOGGED_EXCEPT = ("run_id", "epoch", "diverged_at", "seconds", "device", "device_name", "threads", "precision",
+                 "compiled", "fresh_stream", "code_version",
                  "code_hash", "uniform_train_loss", "uniform_test_loss", "oracle_test_loss", "tokens_K", "prompts_N", "train_fresh")
 
 
@@ -126,7 +127,9 @@ def aggregate(runs_path: str, shard_paths: list[str], outdir: str,
                 summaries.append(summary_table(sh))
             shard_meta.append({"shard": os.path.basename(path).removesuffix(".npz"), "seconds": float(sh["seconds"]),
                                "device": str(sh["device"]), "device_name": str(sh["device_name"]),
-                               "threads": int(sh["threads"]), "runs": len(sh["run_id"])})
+                               "threads": int(sh["threads"]), "runs": len(sh["run_id"]),
+                               "precision": str(sh.get("precision", "float32")), "compiled": bool(sh.get("compiled", False)),
+                               "fresh_stream": str(sh.get("fresh_stream", ""))})
         summary = pd.concat(worker.results() if worker else summaries, ignore_index=True)
         missing = set(runs["run_id"]) - set(summary["run_id"])
         if missing:

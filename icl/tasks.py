@@ -15,6 +15,9 @@ import math
 import numpy as np
 
 
+PURPOSE = 10          # the first purpose of a task's draws in a fresh-prompt stream (icl.streams); tokens' are below
+
+
 class Task:
     """A family of functions f, one drawn per prompt; `task` is the config's task section."""
 
@@ -23,6 +26,11 @@ class Task:
 
     def draw(self, task: dict, x: np.ndarray, g: np.random.Generator) -> np.ndarray:
         """Labels y (P, T) of tokens x (P, T, d), a fresh function per prompt."""
+        raise NotImplementedError
+
+    def draw_fresh(self, tasks: list[dict], x, stream):
+        """Labels (R, B, T) of tokens x (R, B, T, d) on x's device, for R runs at once (`tasks`: each
+        run's task section), from `stream` (icl.streams.Stream: a counter-based stream per run)."""
         raise NotImplementedError
 
     def scales_with_L(self, runs) -> bool:
@@ -51,6 +59,14 @@ class Cosine(Task):
         w /= np.linalg.norm(w, axis=1, keepdims=True)
         phi = g.uniform(0.0, 2 * np.pi, size=(P, 1))
         return (L / c) * np.cos(c * np.einsum("ptd,pd->pt", x, w) + phi)
+
+    def draw_fresh(self, tasks, x, stream):
+        R, B, _, d = x.shape
+        L, c = (x.new_tensor([t[k] for t in tasks]).view(R, 1, 1) for k in ("L", "c"))
+        w = stream.normal(PURPOSE, (B, d))
+        w = w / w.norm(dim=-1, keepdim=True)
+        phi = (2 * math.pi) * stream.uniform(PURPOSE + 1, (B, 1))
+        return (L / c) * (c * (x * w.unsqueeze(2)).sum(-1) + phi).cos()
 
     def scales_with_L(self, runs):
         return "c" in runs and runs["c"].nunique() <= 1
@@ -101,6 +117,13 @@ class Polynomial(Task):
         b = s * g.standard_normal((P, d))
         return np.einsum("pti,pij,ptj->pt", x, A, x) + np.einsum("ptd,pd->pt", x, b)
 
+    def draw_fresh(self, tasks, x, stream):
+        R, B, _, d = x.shape
+        s = x.new_tensor([t["L"] / d for t in tasks]).view(R, 1, 1)
+        A = s.unsqueeze(-1) * stream.normal(PURPOSE, (B, d, d))
+        b = s * stream.normal(PURPOSE + 1, (B, d))
+        return ((x @ A) * x).sum(-1) + (x * b.unsqueeze(2)).sum(-1)
+
 
 class Linear(Task):
     """ZFB: f(x) = <w,x>, w ~ N(0, I_d); no L (reported against ZFB, not LDL)."""
@@ -111,6 +134,10 @@ class Linear(Task):
         P, _, d = x.shape
         w = g.standard_normal((P, d))
         return np.einsum("ptd,pd->pt", x, w)
+
+    def draw_fresh(self, tasks, x, stream):
+        w = stream.normal(PURPOSE, (x.shape[1], x.shape[3]))
+        return (x * w.unsqueeze(2)).sum(-1)
 
 
 TASKS: dict[str, Task] = {t.kind: t for t in (Cosine(), Polynomial(), Linear())}

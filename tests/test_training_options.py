@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from icl.config import ConfigError, validate
-from icl.data import curriculum_stage, fresh_batch, write_dataset
+from icl.data import curriculum_stage, write_dataset
 from icl.measures import escape_time, summary_table
 from icl.optim import Adam, GD, Schedule, clip_grads, lr_factor
 from icl.plan import plan
@@ -128,16 +128,6 @@ def test_curriculum_stage_follows_garg():
     run = plan(spec, "lin")[0]
     for step, dims, points in ((0, 2, 3), (3, 2, 3), (4, 2, 5), (5, 3, 5), (10, 4, 7), (12, 4, 9), (400, 4, 9)):
         assert curriculum_stage(run.spec, step) == {"dims": dims, "points": points}, step
-
-
-def test_curriculum_prompts_zero_past_dims_and_short():
-    run = plan(validate(_linear(curriculum=CURRICULUM)), "lin")[0]
-    feats = np.zeros((0, 4))
-    b = fresh_batch(run.spec, feats, 3, {"dims": 2, "points": 5})
-    assert b["x"].shape == (16, 5, 4) and b["y"].shape == (16, 5)
-    assert np.all(b["x"][..., 2:] == 0) and np.all(b["x"][..., :2] != 0)
-    full = fresh_batch(run.spec, feats, 3, {"dims": 4, "points": 9})
-    np.testing.assert_array_equal(full["x"], fresh_batch(run.spec, feats, 3)["x"])   # at its end: the same draws
 
 
 def test_curriculum_logged_as_curves(tmp_path):

@@ -356,14 +356,41 @@ class Model:
 
     def step(self, params, batch: Batch):
         """loss (R,), gradients, and what the forward saw (its attention), from one forward:
-        autograd through `predict` (the block, the LSA)."""
+        autograd through `predict` (the block, the LSA, the GPT); the forward and the loss compiled
+        where `compile` was called (autograd then runs the compiled backward)."""
         with torch.enable_grad():
             leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
-            pred, a = self.predict(leaves, batch)
-            loss = self.objective(pred, batch)
+            loss, pred, a = self._forward_loss(leaves, batch)
             grads = torch.autograd.grad(loss.sum(), list(leaves.values()))
         self.step_query_loss = self.query_loss(pred.detach(), batch)
         return loss.detach(), dict(zip(leaves, grads)), None if a is None else a.detach()
+
+    def forward_loss(self, params, batch: Batch):
+        """The objective (R,), the prediction and what the forward saw: what `step` differentiates."""
+        pred, a = self.predict(params, batch)
+        return self.objective(pred, batch), pred, a
+
+    @property
+    def _forward_loss(self):
+        return self.__dict__.get("_compiled") or self.forward_loss
+
+    def compile(self, **options) -> None:
+        """Train through torch.compile of `forward_loss` (one graph per prompt shape: a curriculum
+        stage compiles once). Raises what torch raises when it cannot; the caller falls back."""
+        self._compiled = torch.compile(self.forward_loss, dynamic=False, **options)
+
+    def uncompile(self) -> None:
+        self.__dict__.pop("_compiled", None)
+
+    bf16_blocks = False         # `train.precision: bf16` autocasts the kind's inner blocks (kinds that say so)
+
+    def autocast(self):
+        """The blocks' precision (`precision`, set by the trainer): bfloat16 autocast of their
+        matmuls under `bf16`, nothing otherwise (float32, or TF32 matmuls set globally)."""
+        import contextlib
+        if getattr(self, "precision", "float32") != "bf16":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=torch.bfloat16)
 
     def loss(self, params, batch: Batch):
         """loss (R,) and what the forward saw, without gradients."""

@@ -87,6 +87,7 @@ class GPT(Model):
     Settings = GPTSettings
     nonlinear = True
     has_positions = True
+    bf16_blocks = True
     column_types = {"width": "Int64", "ffn_mult": "Int64", "layers": "Int64", "heads": "Int64",
                     "positional": "string", "positions": "Int64", "loss": "string"}
 
@@ -258,9 +259,12 @@ class GPT(Model):
         layers = zip(*(p[k].unbind(1) for k in ("ln1_g", "ln1_b", "attn_w", "attn_b", "proj_w", "proj_b",
                                                   "ln2_g", "ln2_b", "fc_w", "fc_b", "fc_proj_w", "fc_proj_b")))
         seen = []
-        for i, lp in enumerate(layers):
-            h, a = self._block(h, lp, rows if i == self.layers - 1 else None)
-            seen.append(a)
+        dtype = h.dtype
+        with self.autocast():                     # bf16: the blocks' matmuls; read-in, read-out and loss in float32
+            for i, lp in enumerate(layers):
+                h, a = self._block(h, lp, rows if i == self.layers - 1 else None)
+                seen.append(a.to(dtype))
+        h = h.to(dtype)
         w_out, b_out = _folded(p["lnf_g"], p["lnf_b"], p["read_out_w"].unsqueeze(-1), p["read_out_b"])
         pred = _linear(_normalise(h), w_out, b_out)[..., 0]
         return (pred if every else pred[:, :, 0]), torch.stack(seen, 2)

@@ -397,7 +397,9 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
     trained = tabs["summary"].groupby(["code_version", "code_hash"]).size().reset_index()
     versions = [f"{v} (source {h}, {n} runs)" for v, h, n in trained.itertuples(index=False)]
     stale = sorted(set(trained["code_hash"]) - {code_hash()})
-    devices = sorted({f"{s['device']} ({s['device_name']}, {s['threads']} threads)" for s in shards})
+    devices = sorted({f"{s['device']} ({s['device_name']}, {s['threads']} threads, {s.get('precision', 'float32')}"
+                      f"{', compiled' if s.get('compiled') else ''}"
+                      f"{'; fresh prompts: ' + s['fresh_stream'] if s.get('fresh_stream') else ''})" for s in shards})
     tim = benchmark_table(benchmarks or [])
     head = headline(experiment, exp, tabs, verdicts, ldl, paper)
     swept = swept_columns(runs)

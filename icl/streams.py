@@ -1,0 +1,83 @@
+"""A counter-based random stream per run, drawn for all runs of an ensemble in one call, on any device.
+
+Fresh training prompts are drawn where the model trains, every step, for every run at once. A run's
+numbers must not depend on the shard or chunk it trains in, nor on the device: so every value is a
+hash of (the run's key, its place in the draw), not the next state of a shared generator. The key is
+made of the run's seed, the stream (epoch) and what is drawn (`purpose`); the hash is Chris Wellons'
+`triple32` (bias 0.021, a full-avalanche 32-bit permutation), applied twice with two key words
+between, computed in int64 with every product kept below 2^49, so the integers are exactly the same
+on a CPU and on CUDA. Uniforms take the top 24 bits; normals are Box-Muller in float64 and then
+rounded to the caller's dtype, so the two devices agree to float64 rounding before that.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+MASK = 0xFFFFFFFF
+_TRIPLE32 = ((17, 0xED5AD4BB), (11, 0xAC4C1B51), (15, 0x31848BAB))
+
+
+def _mul(x: torch.Tensor, c: int) -> torch.Tensor:
+    """x·c mod 2^32 for x in [0, 2^32): the constant split in 16-bit halves, no product past 2^49."""
+    return (x * (c & 0xFFFF) + (((x * (c >> 16)) & 0xFFFF) << 16)) & MASK
+
+
+def triple32(x: torch.Tensor) -> torch.Tensor:
+    """Wellons' triple32 hash of 32-bit values held in int64."""
+    for shift, c in _TRIPLE32:
+        x = _mul(x ^ (x >> shift), c)
+    return x ^ (x >> 14)
+
+
+def _hash_int(v: int) -> int:
+    """triple32 of one Python integer (the keys are made on the host: no device work per key)."""
+    for shift, c in _TRIPLE32:
+        v ^= v >> shift
+        v = (v * c) & MASK
+    return v ^ (v >> 14)
+
+
+def run_keys(seeds, stream: int, purpose: int) -> tuple[list[int], list[int]]:
+    """The two 32-bit key words of each run's draw `purpose` in stream `stream` (an epoch)."""
+    k0, k1 = [], []
+    for s in seeds:
+        a = _hash_int((int(s) & MASK) ^ _hash_int(stream & MASK))
+        a = _hash_int(a ^ _hash_int((stream >> 32) + 0x9E3779B9))
+        k0.append(_hash_int(a ^ purpose))
+        k1.append(_hash_int(k0[-1] ^ 0x85EBCA6B ^ purpose))
+    return k0, k1
+
+
+class Stream:
+    """The draws of one stream (an epoch) for every run of an ensemble: `seeds` (R,), on `device`.
+    Each call names its purpose (a small integer), so that what one draw takes never shifts
+    another's numbers, and its shape per run; the result has a leading run axis."""
+
+    def __init__(self, seeds, stream: int, device):
+        self.seeds, self.stream, self.device = [int(s) for s in seeds], int(stream), device
+
+    def bits(self, purpose: int, shape: tuple) -> torch.Tensor:
+        """32 random bits (int64 in [0, 2^32)) for each element of a (R, *shape) draw."""
+        k0, k1 = (torch.tensor(k, dtype=torch.int64, device=self.device).view(-1, *[1] * len(shape))
+                  for k in run_keys(self.seeds, self.stream, purpose))
+        n = math.prod(shape)
+        counter = torch.arange(n, dtype=torch.int64, device=self.device).view(shape)
+        return triple32(triple32(counter ^ k0) ^ k1)
+
+    def uniform(self, purpose: int, shape: tuple, dtype=torch.float32) -> torch.Tensor:
+        """U(0, 1), never 0 or 1: (top 24 bits + ½) / 2^24."""
+        return (((self.bits(purpose, shape) >> 8).to(torch.float64) + 0.5) * 2.0 ** -24).to(dtype)
+
+    def normal(self, purpose: int, shape: tuple, dtype=torch.float32) -> torch.Tensor:
+        """N(0, 1) by Box-Muller on pairs of uniforms, in float64, then rounded to `dtype`."""
+        n = math.prod(shape)
+        u = self.uniform(purpose, (2, (n + 1) // 2), torch.float64)
+        r, theta = torch.sqrt(-2.0 * torch.log(u[:, 0])), (2 * math.pi) * u[:, 1]
+        z = torch.stack([r * torch.cos(theta), r * torch.sin(theta)], -1).flatten(1)[:, :n]
+        return z.reshape(-1, *shape).to(dtype)
+
+    def exponential(self, purpose: int, shape: tuple, dtype=torch.float32) -> torch.Tensor:
+        """Exp(1): −log U."""
+        return (-torch.log(self.uniform(purpose, shape, torch.float64))).to(dtype)

@@ -1,0 +1,315 @@
+"""Fresh prompts made where the model trains (icl.streams, icl.fresh): the hash against a plain
+Python one, the drawn x, w, y against their closed forms at stated Monte Carlo tolerances, a run's
+prompts independent of the runs beside it, and the step loop free of host round trips."""
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from icl.config import ConfigError, validate
+from icl.data import STREAM_FRESH, covariance, curriculum_stage, features, write_dataset
+from icl.fresh import FreshPrompts
+from icl.plan import plan
+from icl.streams import MASK, Stream, run_keys, triple32
+from icl.train import ShardTraining, train_shard
+
+CPU = torch.device("cpu")
+
+
+def _triple32_python(v: int) -> int:
+    """Wellons' triple32 as published, in plain 32-bit wrap-around arithmetic."""
+    v ^= v >> 17
+    v = (v * 0xED5AD4BB) % 2**32
+    v ^= v >> 11
+    v = (v * 0xAC4C1B51) % 2**32
+    v ^= v >> 15
+    v = (v * 0x31848BAB) % 2**32
+    return v ^ (v >> 14)
+
+
+def test_hash_equals_the_published_one():
+    xs = [0, 1, 2, 0xFFFFFFFF, 0x80000000, 123456789, 0xDEADBEEF] + list(np.random.default_rng(0).integers(0, 2**32, 200))
+    got = triple32(torch.tensor(xs, dtype=torch.int64)).tolist()
+    assert got == [_triple32_python(int(x)) for x in xs]
+    assert all(0 <= g <= MASK for g in got)
+
+
+def test_uniform_normal_exponential_moments():
+    """Mean, variance and tails of 2·10⁶ draws each (standard errors: 2e-4 for a mean of unit
+    variance; a tolerance of 5 standard errors)."""
+    st = Stream([0, 1], STREAM_FRESH + 3, CPU)
+    n = 10**6
+    u = st.uniform(1, (n,), torch.float64)
+    assert 0 < float(u.min()) and float(u.max()) < 1
+    assert abs(float(u.mean()) - 0.5) < 5 * math.sqrt(1 / 12 / (2 * n))
+    assert abs(float(u.var()) - 1 / 12) < 5 * math.sqrt(1 / 180 / (2 * n))
+    z = st.normal(2, (n,), torch.float64)
+    assert abs(float(z.mean())) < 5 / math.sqrt(2 * n)
+    assert abs(float(z.var()) - 1) < 5 * math.sqrt(2 / (2 * n))
+    assert abs(float((z ** 4).mean()) - 3) < 5 * math.sqrt(96 / (2 * n))
+    assert abs(float((z.abs() > 1.959964).double().mean()) - 0.05) < 5 * math.sqrt(0.05 * 0.95 / (2 * n))
+    e = st.exponential(3, (n,), torch.float64)
+    assert abs(float(e.mean()) - 1) < 5 / math.sqrt(2 * n)
+    assert abs(float(e.var()) - 1) < 5 * math.sqrt(8 / (2 * n))
+    # neighbours, the two runs, and two purposes are uncorrelated (|r| < 5/√n)
+    for a, b in ((z[0, :-1], z[0, 1:]), (z[0], z[1]), (z[0], st.normal(4, (n,), torch.float64)[0])):
+        assert abs(float(torch.corrcoef(torch.stack([a, b]))[0, 1])) < 5 / math.sqrt(n)
+
+
+def test_a_runs_draws_do_not_depend_on_the_runs_beside_it():
+    a = Stream([3, 5], 7, CPU).normal(1, (4, 6))
+    b = Stream([1, 3, 7, 5], 7, CPU).normal(1, (4, 6))
+    torch.testing.assert_close(a, b[[1, 3]], rtol=0, atol=0)
+    assert not torch.equal(a[0], Stream([3], 8, CPU).normal(1, (4, 6))[0])       # another epoch: other draws
+    k0, k1 = run_keys([3, 3], 7, 1)
+    assert k0[0] == k0[1] and k0[0] != run_keys([3], 7, 2)[0][0]
+
+
+def _specs(tokens, task, N=20, P=4000, seeds=(0, 1)):
+    raw = {"experiments": {"f": {"tokens": tokens, "task": task, "prompts": {"N": N, "train": P, "test": 4},
+                                 "models": [{"name": "m", "kind": "lsa", "optimizer": "adam", "lr": 1e-2}],
+                                 "train": {"epochs": 1, "fresh": True}, "sweep": {"seed": list(seeds)}}}}
+    return [r.spec for r in plan(validate(raw), "f")]
+
+
+def test_gaussian_tokens_have_their_covariance_and_linear_labels_their_law():
+    """A rotated covariance R diag(λ) Rᵀ: the sample covariance of 4000·21 tokens within 5 standard
+    errors entry by entry; y = <w, x> exactly per prompt, with w ~ N(0, I) over prompts."""
+    tok = {"kind": "gaussian", "d": 3, "covariance": {"eigenvalues": [3.0, 1.0, 0.25], "rotation_seed": 4}}
+    specs = _specs(tok, {"kind": "linear"})
+    out = FreshPrompts(specs, None, CPU).draw(0)
+    x, y = out["x"].double(), out["y"].double()
+    assert x.shape == (2, 4000, 21, 3) and y.shape == (2, 4000, 21) and (out["feat"] == -1).all()
+    lam = covariance(tok)
+    xs = x.reshape(-1, 3)
+    emp = xs.T @ xs / len(xs)
+    se = np.sqrt((np.diag(lam)[:, None] * np.diag(lam)[None] + lam ** 2) / len(xs))
+    assert np.all(np.abs(emp.numpy() - lam) < 5 * se)
+    w = torch.linalg.lstsq(x, y.unsqueeze(-1)).solution[..., 0]          # (R, P, d): each prompt's own w
+    torch.testing.assert_close(torch.einsum("rptd,rpd->rpt", x, w), y, atol=2e-5, rtol=1e-5)
+    wf = w.reshape(-1, 3)
+    assert torch.all((wf.mean(0)).abs() < 5 / math.sqrt(len(wf)))
+    torch.testing.assert_close(wf.T @ wf / len(wf), torch.eye(3, dtype=torch.float64), atol=5 * math.sqrt(2 / len(wf)), rtol=0)
+
+
+def test_random_covariances_follow_the_per_prompt_law():
+    """ZFB Thm 4.5's law: per prompt Λ = diag(λ), λ_i ~ scale·Exp(1). A prompt's sample variance of
+    coordinate i over its 201 tokens estimates its λ_i: over prompts their mean is scale and their
+    variance scale²·(1 + 2/T) (Exp's variance plus the sampling noise of a variance of T normals)."""
+    scale, T = 2.0, 201
+    specs = _specs({"kind": "random_covariance", "d": 4, "scale": scale}, {"kind": "linear"}, N=T - 1, P=3000)
+    x = FreshPrompts(specs, None, CPU).draw(5)["x"].double()
+    v = (x ** 2).mean(2).reshape(-1)                                        # per prompt and coordinate
+    n = len(v)
+    assert abs(float(v.mean()) - scale) < 5 * scale * math.sqrt(1 / n)
+    assert abs(float(v.var()) / scale ** 2 - (1 + 2 / T)) < 5 * math.sqrt(8 / n)
+    # within a prompt the coordinates are independent (λ_i drawn per coordinate)
+    r = torch.corrcoef(torch.stack([(x[..., 0] ** 2).mean(2).reshape(-1), (x[..., 1] ** 2).mean(2).reshape(-1)]))[0, 1]
+    assert abs(float(r)) < 5 / math.sqrt(n)
+
+
+def test_discrete_tokens_and_cosine_labels():
+    """Non-uniform feature frequencies within 5 standard errors of p_k; x is its feature's row; the
+    cosine's labels are bounded by L/c, with E[y²] = (L/c)²/2 (φ uniform) and, for two tokens of
+    one prompt, E[y y'] = ½(L/c)²·Ω_d(c·|v − v'|) (icl.tasks.cosine_label_cov)."""
+    from icl.tasks import cosine_label_cov
+    probs = [0.1, 0.2, 0.3, 0.4]
+    tok = {"kind": "discrete", "d": 6, "K": 4, "delta": 2.0, "probs": probs}
+    task = {"kind": "cosine", "L": 1.5, "c": 0.7}
+    specs = _specs(tok, task, N=30, P=3000)
+    feats = torch.from_numpy(np.stack([features(s["tokens"], s["seed"]) for s in specs])).float()
+    out = FreshPrompts(specs, feats, CPU).draw(2)
+    f, x, y = out["feat"], out["x"], out["y"].double()
+    n = f.numel()
+    share = torch.bincount(f.reshape(-1), minlength=4).double() / n
+    assert torch.all((share - torch.tensor(probs)).abs() < 5 * torch.sqrt(torch.tensor(probs) * 0.6 / n))
+    torch.testing.assert_close(x, feats[torch.arange(2).view(2, 1, 1), f], rtol=0, atol=0)
+    amp = task["L"] / task["c"]
+    assert float(y.abs().max()) <= amp * (1 + 1e-6)
+    m = y.numel()
+    assert abs(float((y ** 2).mean()) - amp ** 2 / 2) < 5 * math.sqrt(amp ** 4 / 8 / (m / 31))   # 31 tokens share a prompt
+    C = cosine_label_cov(feats[0].double().numpy(), task["L"], task["c"])
+    a, b = f[0, :, 0], f[0, :, 1]                 # two tokens of every prompt: E[y y'] by their features
+    for j, k in ((0, 1), (2, 3), (1, 1)):
+        sel = (a == j) & (b == k)
+        prod = (y[0, :, 0] * y[0, :, 1])[sel]
+        assert abs(float(prod.mean()) - C[j, k]) < 5 * amp ** 2 / 2 / math.sqrt(int(sel.sum()))
+
+
+def test_curriculum_prompts_zero_past_dims_and_short():
+    specs = _specs({"kind": "gaussian", "d": 4}, {"kind": "linear"}, N=8, P=16)
+    fp = FreshPrompts(specs, None, CPU)
+    b = fp.draw(3, {"dims": 2, "points": 5})
+    assert b["x"].shape == (2, 16, 5, 4) and b["y"].shape == (2, 16, 5)
+    assert torch.all(b["x"][..., 2:] == 0) and torch.all(b["x"][..., :2] != 0)
+    full = fp.draw(3, {"dims": 4, "points": 9})
+    torch.testing.assert_close(full["x"], fp.draw(3)["x"], rtol=0, atol=0)    # at its end: the same draws
+
+
+def test_curriculum_stage_of_a_run_sets_the_draw():
+    raw = {"experiments": {"c": {"tokens": {"kind": "gaussian", "d": 4}, "task": {"kind": "linear"},
+                                 "prompts": {"N": 8, "train": 16, "test": 4},
+                                 "models": [{"name": "m", "kind": "lsa", "optimizer": "adam", "lr": 1e-2}],
+                                 "train": {"epochs": 20, "fresh": True, "curriculum": {
+                                     "dims": {"start": 2, "end": 4, "inc": 1, "interval": 5}}}}}}
+    spec = plan(validate(raw), "c")[0].spec
+    x = FreshPrompts([spec], None, CPU).draw(7, curriculum_stage(spec, 7))["x"]
+    assert torch.all(x[..., 3:] == 0) and torch.all(x[..., :3] != 0)
+
+
+# ----------------------------------------------------------------------------- in training
+
+GPT = {"experiments": {"g": {
+    "tokens": {"kind": "gaussian", "d": 3}, "task": {"kind": "linear"}, "prompts": {"N": 6, "train": 8, "test": 16},
+    "models": [{"name": "gpt", "kind": "gpt", "optimizer": "adam", "lr": 3e-3, "layers": 1, "heads": 2, "width": 8,
+                "positions": 13}],
+    "train": {"epochs": 12, "log_every": 6, "checkpoint_every": 5, "fresh": True},
+    "sweep": {"seed": [0, 1, 2]}}}}
+
+
+def _gpt(tmp_path, **train):
+    raw = copy.deepcopy(GPT)
+    raw["experiments"]["g"]["train"].update(train)
+    runs = plan(validate(raw), "g")
+    paths = {}
+    for r in runs:
+        paths[r.data_id] = str(tmp_path / f"{r.data_id}.npz")
+        write_dataset(r.data_spec, paths[r.data_id])
+    return [{"run_id": r.run_id, "data_id": r.data_id, "spec": r.spec} for r in runs], paths
+
+
+def test_a_run_trains_the_same_in_shards_of_other_composition(tmp_path):
+    recs, paths = _gpt(tmp_path)
+    together = train_shard(recs, paths, str(tmp_path / "all.npz"))
+    apart = train_shard([recs[2], recs[0]], paths, str(tmp_path / "two.npz"))
+    for key in ("trace_train_loss", "train_loss", "test_loss", "param_attn_w"):
+        np.testing.assert_allclose(apart[key][0], together[key][2], rtol=1e-5, atol=1e-7, err_msg=key)
+        np.testing.assert_allclose(apart[key][1], together[key][0], rtol=1e-5, atol=1e-7, err_msg=key)
+
+
+def test_a_shard_in_chunks_equals_it_whole(tmp_path, monkeypatch):
+    """A job splits its shard into chunks that suit the device (here 2 runs, then 1): the chunks'
+    files are merged into the shard's and removed; every run's numbers are those of the whole."""
+    from icl.models.gpt import GPT as GPTKind
+    recs, paths = _gpt(tmp_path)
+    whole = train_shard(recs, paths, str(tmp_path / "whole.npz"))
+    monkeypatch.setattr(GPTKind, "ensemble_cap", classmethod(lambda cls, spec: 2))
+    out = str(tmp_path / "chunked.npz")
+    chunked = train_shard(recs, paths, out, threads=2)
+    assert sorted(p.name for p in tmp_path.iterdir() if "chunked" in p.name) == ["chunked.npz"]
+    assert set(chunked) == set(whole)
+    assert list(chunked["run_id"]) == list(whole["run_id"])
+    # the key bias (part of attn_b) has a zero gradient in exact arithmetic (softmax ignores a shift),
+    # so Adam turns its rounding noise into steps of size lr: not compared
+    for key in set(whole) - {"seconds", "threads", "param_attn_b"}:
+        if whole[key].dtype.kind == "f":
+            np.testing.assert_allclose(chunked[key], whole[key], rtol=1e-5, atol=1e-7, err_msg=key)
+        else:
+            np.testing.assert_array_equal(chunked[key], whole[key], err_msg=key)
+
+
+def test_resumed_fresh_run_equals_an_unbroken_one(tmp_path):
+    import icl.train as T
+    recs, paths = _gpt(tmp_path)
+    ref = train_shard(recs, paths, str(tmp_path / "ref.npz"))
+    out = str(tmp_path / "res.npz")
+    orig = T.Progress.update
+
+    def boom(self, done, *a, **k):
+        orig(self, done, *a, **k)
+        if done == 7:
+            raise KeyboardInterrupt
+    T.Progress.update = boom
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train_shard(recs, paths, out)
+    finally:
+        T.Progress.update = orig
+    res = train_shard(recs, paths, out)
+    for key in set(ref) - {"seconds"}:
+        np.testing.assert_array_equal(res[key], ref[key], err_msg=key)
+
+
+def test_the_step_loop_never_waits_for_the_host(tmp_path, monkeypatch):
+    """Between logged epochs nothing is copied to the host: no .cpu(), .item(), .numpy(), .tolist()
+    and no tensor read as a Python bool or number (each of those waits for a GPU's queue)."""
+    recs, paths = _gpt(tmp_path)
+    sh = ShardTraining(recs, paths, CPU)
+    sh.train_epoch(0)                                   # a logged epoch (0) may copy
+    calls = []
+    for name in ("cpu", "item", "numpy", "tolist", "__bool__", "__int__", "__float__"):
+        orig = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _n=name, _o=orig, **k: calls.append(_n) or _o(self, *a, **k))
+    for epoch in range(1, 6):                           # not on the logging grid (every 6)
+        sh.train_epoch(epoch)
+    monkeypatch.undo()
+    assert calls == []
+    assert np.isnan(sh.trace.arrays["train_loss"][:, 1:6]).all()          # still on the device
+    sh.train_epoch(6)                                   # a logged epoch copies what the steps left there
+    assert np.isfinite(sh.trace.arrays["train_loss"][:, :6]).all()
+
+
+def test_a_diverging_run_is_frozen_and_marked_at_its_epoch(tmp_path, monkeypatch):
+    """Run 1's step returns a NaN loss at epoch 4 (off the logging grid): it is marked 4 and
+    frozen from then on; the others train on."""
+    recs, paths = _gpt(tmp_path)
+    sh = ShardTraining(recs, paths, CPU)
+    step, state = sh.model.step, {"epoch": 0}
+
+    def poisoned(params, batch):
+        loss, grads, seen = step(params, batch)
+        if state["epoch"] == 4:
+            loss = loss.clone()
+            loss[1] = float("nan")
+        return loss, grads, seen
+    monkeypatch.setattr(sh.model, "step", poisoned)
+    for epoch in range(12):
+        state["epoch"] = epoch
+        if epoch == 5:
+            frozen = {k: v[1].clone() for k, v in sh.params.items()}
+        sh.train_epoch(epoch)
+    sh.log(12)
+    out = sh.result(0.0)
+    assert out["diverged_at"].tolist() == [-1, 4, -1]
+    assert np.isnan(out["trace_train_loss"][1, 5:12]).all() and np.isfinite(out["trace_train_loss"][1, :4]).all()
+    assert np.isfinite(out["trace_train_loss"][[0, 2], :12]).all()
+    for k, v in sh.params.items():
+        torch.testing.assert_close(v[1], frozen[k], rtol=0, atol=0)
+
+
+def test_bf16_losses_agree_with_float32(tmp_path):
+    """bf16 autocast of the GPT's blocks (float32 weights, optimizer, loss) over 50 steps: every
+    run's loss at every step within 3 % of float32's (bf16 keeps 8 bits of mantissa: a relative
+    rounding of 0.4 % per matmul, which 50 Adam steps of a 1-layer model do not grow past that)."""
+    recs, paths = _gpt(tmp_path, epochs=50, log_every=25, checkpoint_every=100)
+    f32 = train_shard(recs, paths, str(tmp_path / "f32.npz"))
+    recs_bf16 = [{**r, "spec": {**r["spec"], "train": {**r["spec"]["train"], "precision": "bf16"}}} for r in recs]
+    b16 = train_shard(recs_bf16, paths, str(tmp_path / "bf16.npz"))
+    assert str(b16["precision"]) == "bf16" and str(f32["precision"]) == "float32"
+    rel = np.abs(b16["trace_train_loss"] - f32["trace_train_loss"]) / f32["trace_train_loss"]
+    assert rel.max() < 0.03
+    assert rel.max() > 0                                # it did train in another precision
+
+
+def test_bf16_refused_for_a_kind_without_blocks():
+    raw = copy.deepcopy(GPT)
+    raw["experiments"]["g"]["models"] = [{"name": "lsa", "kind": "lsa", "optimizer": "adam", "lr": 1e-2}]
+    raw["experiments"]["g"]["train"]["precision"] = "bf16"
+    with pytest.raises(ConfigError, match=r"g\.train\.precision: bf16 .* lsa has none; allowed: bf16 with the kinds gpt"):
+        validate(raw)
+
+
+@pytest.mark.slow
+def test_compiled_step_equals_eager(tmp_path):
+    """torch.compile of the GPT's forward and loss (inductor, on the CPU: about a minute to
+    compile) gives the eager losses over 12 steps, and the shard says it was compiled."""
+    recs, paths = _gpt(tmp_path)
+    eager = train_shard(recs, paths, str(tmp_path / "eager.npz"))
+    recs_c, _ = _gpt(tmp_path, compile=True)
+    assert [r["run_id"] for r in recs_c] == [r["run_id"] for r in recs]      # the same runs, another path
+    comp = train_shard(recs_c, paths, str(tmp_path / "compiled.npz"))
+    assert bool(comp["compiled"]) and not bool(eager["compiled"])
+    for key in ("trace_train_loss", "test_loss", "param_attn_w"):
+        np.testing.assert_allclose(comp[key], eager[key], rtol=2e-4, atol=1e-6, err_msg=key)
