@@ -132,6 +132,21 @@ def test_zfb_figure_draws_models_by_kind_and_splits_training_laws():
     assert report_zfb.training_laws({"runs": runs[runs["token_kind"] == "gaussian"]}, shift)[0][0] == ""
 
 
+def test_the_lsa_limit_stays_visible_under_the_trained_lsa():
+    """Where the trained LSA lies on its limit (as it should), the two are told apart by more than
+    their colour: the theory wide, pale and dashed beneath, the runs thin with points on top."""
+    from icl.report import zfb as report_zfb
+    rows = [{"predictor": p, "model_kind": k, "run_id": r, "eval_id": "e", "N": 10, "shift": "none", "c": np.nan,
+             "M": M, "mse": 1.0 / M} for p, k, r in (("lsa", "lsa", "a"), ("lsa_limit", None, None)) for M in (5, 10, 20)]
+    f = report_zfb.error_vs_length_figure(pd.DataFrame(rows).astype({"N": "Int64"}))
+    lines = {ln.get_label(): ln for ln in f.fig.axes[0].get_lines()}
+    run, theory = lines["LSA trained, N=10"], lines["LSA limit (theory), N=10"]
+    assert np.allclose(run.get_ydata(), theory.get_ydata()) and run.get_color() == theory.get_color()
+    assert theory.get_linewidth() >= 2.5 * run.get_linewidth() and theory.get_alpha() < 1
+    assert theory.get_linestyle() != run.get_linestyle() and run.get_marker() not in ("", "None", None)
+    assert run.get_zorder() > theory.get_zorder() and str(f) and f.problems == []       # drawn, read clean
+
+
 def test_escape_figure_draws_every_run_and_counts_the_stuck():
     """t_escape per run against N, one colour per training law; a run that never left its
     plateau drawn at the top and counted in the legend."""
