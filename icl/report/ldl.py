@@ -99,7 +99,7 @@ def slope_figure(tabs, model, tcol="t_rel_1e-2") -> Figure | None:
     ax.set_xlabel("L (dotted: the flat/sharp split)")
     ax.set_ylabel(f"{tcol} (epochs)")
     ax.set_title("convergence time against L")
-    legend_below(ax, ncol=1, fontsize=6)
+    legend_below(ax, ncol=1, fontsize=7)
     return png(fig)
 
 
@@ -138,7 +138,7 @@ def stability_figure(tabs, model) -> Figure | None:
     ax.set_xlabel("L (dotted: the flat/sharp split)")
     ax.set_ylabel("learning rate")
     ax.set_title("step-size stability")
-    legend_below(ax, ncol=1, fontsize=6)
+    legend_below(ax, ncol=1, fontsize=7)
     return png(fig)
 
 
