@@ -261,7 +261,7 @@ def finding(verdicts: pd.DataFrame, models: list[dict] = ()) -> str:
         bad = g[g["verdict"] == claims.FAILS]
         if len(bad):
             who = ", ".join(dict.fromkeys(bad["model"].astype(str)))
-            fail.append(f"{cid} ({who}: {len(bad)} of {len(g)})")
+            fail.append(f"{cid} ({who}: {len(bad)} of {len(g)} testable settings)")
         elif (g["verdict"] == claims.HOLDS).any():
             hold.append(cid)
     out = []
