@@ -102,7 +102,7 @@ def test_every_claim_with_a_failure_gets_a_sentence_naming_models_and_settings()
     assert hl.failing_claims(v[v["verdict"] != claims.FAILS]) == []
     line = hl.finding(v)
     assert line.startswith("Does not hold: ldl.phases (m: 3 of 4 testable settings); ldl.step_size (m: 1 of 2 "
-                           "testable settings); zfb.gpt_in_distribution (gpt_nopos: 2 of 4 testable settings)"), line
+                           "testable settings); zfb.gpt_in_distribution (gpt_nopos: 2 of 2 testable settings)"), line
     assert "Holds wherever decided: ldl.unseen_functions" in line
 
 

@@ -260,8 +260,9 @@ def finding(verdicts: pd.DataFrame, models: list[dict] = ()) -> str:
     for cid, g in rows.groupby("claim_id", sort=False):
         bad = g[g["verdict"] == claims.FAILS]
         if len(bad):
-            who = ", ".join(dict.fromkeys(bad["model"].astype(str)))
-            fail.append(f"{cid} ({who}: {len(bad)} of {len(g)} testable settings)")
+            who = [f"{m}: {int((x['verdict'] == claims.FAILS).sum())} of {len(x)}"
+                   for m, x in g.groupby(g["model"].astype(str), sort=False) if (x["verdict"] == claims.FAILS).any()]
+            fail.append(f"{cid} ({', '.join(who)} testable settings)")
         elif (g["verdict"] == claims.HOLDS).any():
             hold.append(cid)
     out = []
