@@ -326,6 +326,12 @@ def test_report_figures_on_synthetic_tables_read_clean():
     assert f.problems == [] and "(a line per delta: no band)" in rows["panel"].iloc[0]
     assert {"L=0.2, delta=1 median", "L=0.2, delta=3 median", "L=1.5, delta=3 median"} <= set(rows["series"])
     assert not rows["series"].str.endswith((" min", " max")).any()
+    # a c tied to L (ldl_shape's zip) is no setting of its own: the title does not name it
+    tied = report.loss_figure(curves2, both.assign(c=both["L"]), [0.2, 1.5], "(a) loss", others)
+    assert tied.fig.axes[0].get_title() == "(a) loss (a line per delta: no band)"
+    one = both[both["delta"] == 1.0].assign(c=lambda r: r["L"])           # c the only other column that varies
+    tied = report.loss_figure(curves2, one, [0.2, 1.5], "(a) loss", others)
+    assert tied.fig.axes[0].get_title() == "(a) loss" and str(tied) and tied.problems == []
     # a marker per Δ, the same at every L, named in the legend beside a swatch per L
     assert marker["L=0.2, delta=1 median"] == marker["L=1.5, delta=1 median"] != marker["L=0.2, delta=3 median"]
     legend = [t.get_text() for t in f.fig.legends[0].get_texts()]

@@ -64,7 +64,7 @@ def distinct_settings(runs: pd.DataFrame, by: str) -> list[str]:
     keys = settings_of(runs, by)
     for k in list(keys):
         rest = [c for c in keys if c != k]
-        if rest and runs.groupby([by, *rest], dropna=False)[k].nunique(dropna=False).max() <= 1:
+        if runs.groupby([by, *rest], dropna=False)[k].nunique(dropna=False).max() <= 1:
             keys.remove(k)
     return keys
 
