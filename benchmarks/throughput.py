@@ -274,7 +274,7 @@ def flops_per_epoch(model_key, path, runs, paths, device) -> float:
 def one(args) -> None:
     torch.set_num_threads(args.threads)
     runs, paths = workload(args.model, args.seeds, args.epochs, args.data, args.runs)
-    if args.path == "shards":                       # the plan's CPU cut: shards of the kind's ensemble_cap
+    if args.path == "shards":                       # a CPU job's cut: chunks of the kind's ensemble_cap
         cap = MODELS_OF[runs[0]["spec"]["model"]["kind"]].ensemble_cap(runs[0]["spec"])
         n = -(-len(runs) // cap)                     # as few shards as the cap allows, of even sizes
         shards = [list(part) for part in np.array_split(np.asarray(runs, dtype=object), max(2, n))][args.part::2]
@@ -373,7 +373,7 @@ def main() -> None:
             rows = [("loop", loop), ("ensemble", ens)]
             spec = MODELS[model][1]
             if args.device == "cpu" and MODELS_OF[spec["kind"]].ensemble_cap(workload(model, 1, 1, data, 1)[0][0]["spec"]):
-                # what the plan trains on a CPU: shards of ensemble_cap runs, two one-thread jobs side by side
+                # what a 2-thread job trains on a CPU: chunks of ensemble_cap runs, two one-thread processes side by side
                 two = [result(pr) for pr in [child(model, "shards", args.seeds, args, 1, "cpu", part, args.runs)
                                              for part in (0, 1)]]
                 rows.append(("shards", {"runs": sum(h["runs"] for h in two), "seconds": max(h["seconds"] for h in two),

@@ -116,7 +116,7 @@ def cmd_theory(args) -> None:
     flat_max_L = (pl["config"].get("report") or {}).get("flat_max_L")
     mean_field = kinds("mean_field")
     write_parquet(ldl_rows(pl["runs"], flat_max_L, mean_field).merge(lsa_rows(pl["runs"]), on="run_id"), args.out, meta)
-    write_parquet(mean_field_rows(pl["runs"], mean_field), args.curves, meta)
+    write_parquet(mean_field_rows(pl["runs"], mean_field, args.flows), args.curves, meta)
 
 
 def cmd_analyse(args) -> None:
@@ -211,6 +211,8 @@ def main(argv=None) -> None:
     s.add_argument("--plan", required=True)
     s.add_argument("--out", required=True)
     s.add_argument("--curves", required=True)
+    s.add_argument("--flows", help="an .npz of mean-field flows integrated before (read where present, rewritten): "
+                   "a plan that gains runs integrates only theirs")
     s.set_defaults(fn=cmd_theory)
     s = sub.add_parser("analyse", help="slopes, stability and every claim's verdict from an experiment's tables: "
                                        "writes slopes.parquet, stability.parquet and verdicts.parquet")

@@ -43,27 +43,43 @@ class FreshPrompts:
             rots = [rotation(s["tokens"]) for s in specs]
             self.rot_t = (t([np.eye(self.d) if R is None else R.T for R in rots]).unsqueeze(1)
                           if any(R is not None for R in rots) else None)
+        self.seed_t = torch.as_tensor(self.seeds, dtype=torch.int64, device=device)
+        self._draw = self.draw_at
         by_kind: dict[str, list[int]] = {}
         for i, s in enumerate(specs):
             by_kind.setdefault(s["task"]["kind"], []).append(i)
-        self.tasks = [(family(k), torch.as_tensor(ix, device=device), [specs[i]["task"] for i in ix], ix)
-                      for k, ix in by_kind.items()]
+        self.tasks = []          # (family, its runs' rows, their settings on the device)
+        for k, ix in by_kind.items():
+            fam = family(k)
+            settings = fam.fresh_settings([specs[i]["task"] for i in ix], self.d)
+            self.tasks.append((fam, torch.as_tensor(ix, device=device), {n: t(v) for n, v in settings.items()}))
 
     def draw(self, epoch: int, stage: dict | None = None) -> dict:
         """Epoch `epoch`'s prompts of every run: x (R, P, T, d), y (R, P, T), feat (R, P, T) (−1 for
         continuous tokens) and the features; `stage` (icl.data.curriculum_stage) shortens them to its
         points and zeroes x past its dims (the task's w is still drawn in all d)."""
-        T = stage["points"] if stage else self.N + 1
-        st = Stream(self.seeds, STREAM_FRESH + epoch, self.device)
+        stream = torch.full((), STREAM_FRESH + epoch, dtype=torch.int64, device=self.device)   # no copy from the host
+        return self._draw(stream, stage["points"] if stage else self.N + 1, stage["dims"] if stage else self.d)
+
+    def compile(self) -> None:
+        """Draw through torch.compile (the hash's few dozen integer operations become a kernel or
+        two; one graph per curriculum stage, the epoch a tensor)."""
+        self._draw = torch.compile(self.draw_at, dynamic=False)
+
+    def uncompile(self) -> None:
+        self._draw = self.draw_at
+
+    def draw_at(self, stream: torch.Tensor, T: int, dims: int) -> dict:
+        st = Stream(self.seed_t, stream)
         x, feat = self.tokens(st, (self.P, T, self.d))
-        if stage and stage["dims"] < self.d:
-            x[..., stage["dims"]:] = 0.0
-        y = x.new_empty(x.shape[:-1])
-        for fam, ix, tasks, members in self.tasks:
-            if len(members) == len(self.specs):
-                y = fam.draw_fresh(tasks, x, st)
-            else:                            # a shard mixing task families: each on its own runs' rows
-                y[ix] = fam.draw_fresh(tasks, x[ix], Stream([self.seeds[i] for i in members], st.stream, self.device))
+        if dims < self.d:
+            x[..., dims:] = 0.0
+        if len(self.tasks) == 1:
+            y = self.tasks[0][0].draw_fresh(self.tasks[0][2], x, st)
+        else:                                # a shard mixing task families: each on its own runs' rows
+            y = x.new_empty(x.shape[:-1])
+            for fam, ix, settings in self.tasks:
+                y[ix] = fam.draw_fresh(settings, x[ix], Stream(self.seed_t[ix], stream))
         out = {"x": x, "y": y, "feat": feat}
         if self.kind == "discrete":
             out["features"] = self.features

@@ -12,6 +12,21 @@ def _per_run(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return v.view(-1, *([1] * (like.dim() - 1)))
 
 
+def flatten(tensors) -> torch.Tensor:
+    """Every run's tensors of a dict (name -> (R, ...)) side by side, (R, total): one tensor, so an
+    update is a dozen operations whatever the number of parameters (each a kernel launch on a GPU).
+    A tensor passes through."""
+    if isinstance(tensors, torch.Tensor):
+        return tensors
+    return torch.cat([t.reshape(t.shape[0], -1) for t in tensors.values()], 1)
+
+
+def unflatten(flat: torch.Tensor, like: dict) -> dict:
+    """flatten's inverse: views of `flat` with the names and shapes of `like`."""
+    parts = flat.split([t[0].numel() for t in like.values()], 1)
+    return {k: part.view(t.shape) for (k, t), part in zip(like.items(), parts)}
+
+
 class GD:
     def __init__(self, lr: torch.Tensor):
         self.lr = lr
@@ -22,21 +37,21 @@ class GD:
     def load(self, state: dict) -> None:
         pass
 
-    def step(self, params: dict, grads: dict, active: torch.Tensor, lr: torch.Tensor | None = None) -> None:
-        lr = self.lr if lr is None else lr
-        for k, p in params.items():
-            upd = p - _per_run(lr, p) * grads[k]
-            params[k] = torch.where(_per_run(active, p), upd, p)
+    def step(self, params: dict, grads, active: torch.Tensor, lr: torch.Tensor | None = None) -> None:
+        """`grads`: a dict like params, or already flattened (R, total)."""
+        lr = (self.lr if lr is None else lr).unsqueeze(1)
+        p = flatten(params)
+        params.update(unflatten(torch.where(active.unsqueeze(1), p - lr * flatten(grads), p), params))
 
 
 class Adam:
-    """torch.optim.Adam's update (no weight decay), vectorized over runs."""
+    """torch.optim.Adam's update (no weight decay), vectorized over runs, on all of a run's
+    parameters at once (flattened; the moments are kept flat)."""
 
     def __init__(self, lr: torch.Tensor, betas=(0.9, 0.999), eps=1e-8):
         self.lr, self.b1, self.b2, self.eps = lr, betas[0], betas[1], eps
         self.t = 0
-        self.m: dict = {}
-        self.v: dict = {}
+        self.m = self.v = None
 
     def state(self) -> dict:
         return {"t": self.t, "m": self.m, "v": self.v}
@@ -44,19 +59,20 @@ class Adam:
     def load(self, state: dict) -> None:
         self.t, self.m, self.v = state["t"], state["m"], state["v"]
 
-    def step(self, params: dict, grads: dict, active: torch.Tensor, lr: torch.Tensor | None = None) -> None:
-        lr = self.lr if lr is None else lr
+    def step(self, params: dict, grads, active: torch.Tensor, lr: torch.Tensor | None = None) -> None:
+        """`grads`: a dict like params, or already flattened (R, total)."""
+        lr = (self.lr if lr is None else lr).unsqueeze(1)
+        p, g = flatten(params), flatten(grads)
+        if self.m is None:
+            self.m, self.v = torch.zeros_like(p), torch.zeros_like(p)
         self.t += 1
         c1, c2 = 1 - self.b1 ** self.t, 1 - self.b2 ** self.t
-        for k, p in params.items():
-            g = grads[k]
-            m = self.m.get(k, torch.zeros_like(p)).mul(self.b1).add(g, alpha=1 - self.b1)
-            v = self.v.get(k, torch.zeros_like(p)).mul(self.b2).addcmul(g, g, value=1 - self.b2)
-            mask = _per_run(active, p)
-            self.m[k] = torch.where(mask, m, self.m.get(k, torch.zeros_like(p)))
-            self.v[k] = torch.where(mask, v, self.v.get(k, torch.zeros_like(p)))
-            upd = p - _per_run(lr, p) / c1 * m / ((v / c2).sqrt() + self.eps)
-            params[k] = torch.where(mask, upd, p)
+        mask = active.unsqueeze(1)
+        m = self.m.mul(self.b1).add(g, alpha=1 - self.b1)
+        v = self.v.mul(self.b2).addcmul(g, g, value=1 - self.b2)
+        self.m, self.v = torch.where(mask, m, self.m), torch.where(mask, v, self.v)
+        upd = p - lr / c1 * m / ((v / c2).sqrt() + self.eps)
+        params.update(unflatten(torch.where(mask, upd, p), params))
 
 
 def build(kind: str, lr: torch.Tensor):
@@ -100,10 +116,10 @@ class Schedule:
         return self.lrs * lr_factor(step, self.total, self.warmup, self.schedule)
 
 
-def clip_grads(grads: dict, clip: float) -> dict:
+def clip_grads(grads, clip: float):
     """Each run's gradient scaled to a norm of at most `clip` (its norm over all its parameters),
     as torch.nn.utils.clip_grad_norm_ on that run alone: factor clip / (norm + 1e-6), capped at 1.
-    One run's large gradient never scales another's."""
-    norm = sum(g.flatten(1).double().pow(2).sum(1) for g in grads.values()).sqrt()
-    coef = (clip / (norm + 1e-6)).clamp(max=1.0)
-    return {k: g * _per_run(coef.to(g.dtype), g) for k, g in grads.items()}
+    One run's large gradient never scales another's. `grads`: a dict (returned as one) or flat."""
+    g = flatten(grads)
+    coef = (clip / (g.double().pow(2).sum(1).sqrt() + 1e-6)).clamp(max=1.0).to(g.dtype).unsqueeze(1)
+    return unflatten(g * coef, grads) if isinstance(grads, dict) else g * coef

@@ -5,7 +5,7 @@ numbers must not depend on the shard or chunk it trains in, nor on the device: s
 hash of (the run's key, its place in the draw), not the next state of a shared generator. The key is
 made of the run's seed, the stream (epoch) and what is drawn (`purpose`); the hash is Chris Wellons'
 `triple32` (bias 0.021, a full-avalanche 32-bit permutation), applied twice with two key words
-between, computed in int64 with every product kept below 2^49, so the integers are exactly the same
+between, all on the device (no copy from the host inside a step), computed in int64 with every product kept below 2^49, so the integers are exactly the same
 on a CPU and on CUDA. Uniforms take the top 24 bits; normals are Box-Muller in float64 and then
 rounded to the caller's dtype, so the two devices agree to float64 rounding before that.
 """
@@ -31,39 +31,30 @@ def triple32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 14)
 
 
-def _hash_int(v: int) -> int:
-    """triple32 of one Python integer (the keys are made on the host: no device work per key)."""
-    for shift, c in _TRIPLE32:
-        v ^= v >> shift
-        v = (v * c) & MASK
-    return v ^ (v >> 14)
-
-
-def run_keys(seeds, stream: int, purpose: int) -> tuple[list[int], list[int]]:
-    """The two 32-bit key words of each run's draw `purpose` in stream `stream` (an epoch)."""
-    k0, k1 = [], []
-    for s in seeds:
-        a = _hash_int((int(s) & MASK) ^ _hash_int(stream & MASK))
-        a = _hash_int(a ^ _hash_int((stream >> 32) + 0x9E3779B9))
-        k0.append(_hash_int(a ^ purpose))
-        k1.append(_hash_int(k0[-1] ^ 0x85EBCA6B ^ purpose))
-    return k0, k1
+def run_keys(seeds: torch.Tensor, stream, purpose: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two 32-bit key words of each run's draw `purpose` in stream `stream` (an epoch), from the
+    runs' seeds (an int64 tensor on the draw's device: the keys are made there, with no copy from
+    the host, which on CUDA would wait for the queued steps)."""
+    a = triple32((seeds & MASK) ^ (stream & MASK))
+    a = triple32(a ^ (((stream >> 32) + 0x9E3779B9) & MASK))
+    k0 = triple32(a ^ purpose)
+    return k0, triple32(k0 ^ 0x85EBCA6B ^ purpose)
 
 
 class Stream:
-    """The draws of one stream (an epoch) for every run of an ensemble: `seeds` (R,), on `device`.
-    Each call names its purpose (a small integer), so that what one draw takes never shifts
-    another's numbers, and its shape per run; the result has a leading run axis."""
+    """The draws of one stream (an epoch) for every run of an ensemble: `seeds` (R,) an int64 tensor
+    on the device drawn on. Each call names its purpose (a small integer), so that what one draw
+    takes never shifts another's numbers, and its shape per run; the result has a leading run axis."""
 
-    def __init__(self, seeds, stream: int, device):
-        self.seeds, self.stream, self.device = [int(s) for s in seeds], int(stream), device
+    def __init__(self, seeds: torch.Tensor, stream):
+        """`stream`: an int, or a 0-dim int64 tensor on the seeds' device (what a compiled draw takes,
+        so that it is not compiled again for every epoch)."""
+        self.seeds, self.stream, self.device = seeds, stream, seeds.device
 
     def bits(self, purpose: int, shape: tuple) -> torch.Tensor:
         """32 random bits (int64 in [0, 2^32)) for each element of a (R, *shape) draw."""
-        k0, k1 = (torch.tensor(k, dtype=torch.int64, device=self.device).view(-1, *[1] * len(shape))
-                  for k in run_keys(self.seeds, self.stream, purpose))
-        n = math.prod(shape)
-        counter = torch.arange(n, dtype=torch.int64, device=self.device).view(shape)
+        k0, k1 = (k.view(-1, *[1] * len(shape)) for k in run_keys(self.seeds, self.stream, purpose))
+        counter = torch.arange(math.prod(shape), dtype=torch.int64, device=self.device).view(shape)
         return triple32(triple32(counter ^ k0) ^ k1)
 
     def uniform(self, purpose: int, shape: tuple, dtype=torch.float32) -> torch.Tensor:

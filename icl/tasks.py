@@ -28,9 +28,15 @@ class Task:
         """Labels y (P, T) of tokens x (P, T, d), a fresh function per prompt."""
         raise NotImplementedError
 
-    def draw_fresh(self, tasks: list[dict], x, stream):
-        """Labels (R, B, T) of tokens x (R, B, T, d) on x's device, for R runs at once (`tasks`: each
-        run's task section), from `stream` (icl.streams.Stream: a counter-based stream per run)."""
+    def fresh_settings(self, tasks: list[dict], d: int) -> dict:
+        """The per-run numbers `draw_fresh` needs, from each run's task section, as float32 arrays
+        (R, 1, 1): made once per job and moved to the device once."""
+        return {}
+
+    def draw_fresh(self, settings: dict, x, stream):
+        """Labels (R, B, T) of tokens x (R, B, T, d) on x's device, for R runs at once (`settings`:
+        fresh_settings' arrays as tensors there), from `stream` (icl.streams.Stream: a
+        counter-based stream per run)."""
         raise NotImplementedError
 
     def scales_with_L(self, runs) -> bool:
@@ -60,9 +66,12 @@ class Cosine(Task):
         phi = g.uniform(0.0, 2 * np.pi, size=(P, 1))
         return (L / c) * np.cos(c * np.einsum("ptd,pd->pt", x, w) + phi)
 
-    def draw_fresh(self, tasks, x, stream):
-        R, B, _, d = x.shape
-        L, c = (x.new_tensor([t[k] for t in tasks]).view(R, 1, 1) for k in ("L", "c"))
+    def fresh_settings(self, tasks, d):
+        return {k: np.asarray([t[k] for t in tasks], np.float32).reshape(-1, 1, 1) for k in ("L", "c")}
+
+    def draw_fresh(self, settings, x, stream):
+        _, B, _, d = x.shape
+        L, c = settings["L"], settings["c"]
         w = stream.normal(PURPOSE, (B, d))
         w = w / w.norm(dim=-1, keepdim=True)
         phi = (2 * math.pi) * stream.uniform(PURPOSE + 1, (B, 1))
@@ -117,9 +126,12 @@ class Polynomial(Task):
         b = s * g.standard_normal((P, d))
         return np.einsum("pti,pij,ptj->pt", x, A, x) + np.einsum("ptd,pd->pt", x, b)
 
-    def draw_fresh(self, tasks, x, stream):
-        R, B, _, d = x.shape
-        s = x.new_tensor([t["L"] / d for t in tasks]).view(R, 1, 1)
+    def fresh_settings(self, tasks, d):
+        return {"s": np.asarray([t["L"] / d for t in tasks], np.float32).reshape(-1, 1, 1)}
+
+    def draw_fresh(self, settings, x, stream):
+        _, B, _, d = x.shape
+        s = settings["s"]
         A = s.unsqueeze(-1) * stream.normal(PURPOSE, (B, d, d))
         b = s * stream.normal(PURPOSE + 1, (B, d))
         return ((x @ A) * x).sum(-1) + (x * b.unsqueeze(2)).sum(-1)
@@ -135,7 +147,7 @@ class Linear(Task):
         w = g.standard_normal((P, d))
         return np.einsum("ptd,pd->pt", x, w)
 
-    def draw_fresh(self, tasks, x, stream):
+    def draw_fresh(self, settings, x, stream):
         w = stream.normal(PURPOSE, (x.shape[1], x.shape[3]))
         return (x * w.unsqueeze(2)).sum(-1)
 

@@ -197,13 +197,12 @@ class ShardTraining:
     (icl.fresh), the trace and the divergence marks stay there, and they are copied at the logged
     epochs and checkpoints (`sync`)."""
 
-    def __init__(self, runs: list[dict], data_paths: dict, dev, saved: dict | None = None,
-                 precision: str = "float32"):
+    def __init__(self, runs: list[dict], data_paths: dict, dev, saved: dict | None = None):
         spec0 = runs[0]["spec"]
         self.runs, self.dev, self.tr = runs, dev, spec0["train"]
         self.seeds = [r["spec"]["seed"] for r in runs]
         self.model = models.build(spec0["model"], spec0["tokens"])
-        self.model.precision, self.model.device_type = precision, dev.type
+        self.model.precision, self.model.device_type = pick_precision(self.tr.get("precision"), dev), dev.type
         self.cache = read_datasets(runs, data_paths)
         self.references: dict = {}
         self.train = load_prompts(self.model, runs, self.cache, "train", dev, references=self.references)
@@ -291,6 +290,7 @@ class ShardTraining:
             if logging and self.full_batch:
                 self.log(epoch, loss, seen)
             self.trace.add(self.losses(loss, b, self.model.step_query_loss), self.traced(b, seen))
+            grads = optim.flatten(grads)                  # (R, total): a few operations a step, not a few per tensor
             self.stop_diverged(loss, grads, epoch)
             if self.tr.get("clip"):
                 grads = optim.clip_grads(grads, float(self.tr["clip"]))
@@ -305,12 +305,10 @@ class ShardTraining:
                 query_loss = self.model.query_loss(self.model.predict(self.params, batch)[0], batch)
         return {"train_loss": loss, "query_loss": query_loss, "zero_loss": 0.5 * (batch["target"] ** 2).mean(1)}
 
-    def stop_diverged(self, loss, grads: dict, epoch: int) -> None:
-        """Runs whose loss or gradient is not finite are frozen and marked with this epoch, on the
-        device (no host round trip: the marks reach the logs at the next sync)."""
-        bad = ~torch.isfinite(loss)
-        for g in grads.values():
-            bad |= ~torch.isfinite(g.flatten(1)).all(1)
+    def stop_diverged(self, loss, grads: torch.Tensor, epoch: int) -> None:
+        """Runs whose loss or gradient (flat, (R, total)) is not finite are frozen and marked with
+        this epoch, on the device (no host round trip: the marks reach the logs at the next sync)."""
+        bad = ~torch.isfinite(loss) | ~torch.isfinite(grads).all(1)
         self.diverged_at.masked_fill_(bad & self.active, epoch)
         self.active &= ~bad
 
@@ -409,14 +407,13 @@ def _train_write(runs: list[dict], data_paths: dict, out_path: str, dev, threads
     if threads:
         torch.set_num_threads(threads)
     tr = runs[0]["spec"]["train"]
-    precision = pick_precision(tr.get("precision"), dev)
     print(f"[{label}] {len(runs)} runs on {dev}"
           + (f" ({torch.cuda.get_device_name(dev)}, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
-             if dev.type == "cuda" else f" ({torch.get_num_threads()} threads)") + f", precision {precision}",
-          file=sys.stderr, flush=True)
+             if dev.type == "cuda" else f" ({torch.get_num_threads()} threads)"), file=sys.stderr, flush=True)
     ckpt = Checkpoint(out_path + ".ckpt", [r["run_id"] for r in runs], label)
     t_setup = time.time()
-    sh = ShardTraining(runs, data_paths, dev, ckpt.load(dev), precision)
+    sh = ShardTraining(runs, data_paths, dev, ckpt.load(dev))
+    print(f"[{label}] precision {sh.model.precision}", file=sys.stderr, flush=True)
     compiled = compile_step(sh, tr.get("compile", dev.type == "cuda"), label)
     prog, t0 = Progress(label, sh.epochs), time.time()
     every = sh.tr.get("checkpoint_every", 50)
@@ -443,12 +440,15 @@ def _train_write(runs: list[dict], data_paths: dict, out_path: str, dev, threads
     return out
 
 
-def compile_step(sh: ShardTraining, want: bool, label: str) -> bool:
-    """torch.compile the model's forward and loss where `want` (train.compile; absent: on CUDA)."""
+def compile_step(sh: ShardTraining, want: bool, label: str, **options) -> bool:
+    """torch.compile the model's forward and loss, and the fresh prompts' draw, where `want`
+    (train.compile; absent: on CUDA). `options` go to torch.compile (mode, ...)."""
     if not want:
         return False
     try:
-        sh.model.compile()
+        sh.model.compile(**options)
+        if sh.fresh is not None:
+            sh.fresh.compile()
     except Exception as e:          # no compiler backend here: eager, and say why
         print(f"[{label}] not compiled ({type(e).__name__}: {e}); training eagerly", file=sys.stderr, flush=True)
         return False
@@ -466,6 +466,8 @@ def first_compiled_epoch(sh: ShardTraining, epoch: int, label: str) -> bool:
         print(f"[{label}] compiling the step failed ({type(e).__name__}: {str(e).splitlines()[0][:300]}); "
               "training eagerly", file=sys.stderr, flush=True)
         sh.model.uncompile()
+        if sh.fresh is not None:
+            sh.fresh.uncompile()
         sh.train_epoch(epoch)
         return False
     print(f"[{label}] step compiled (torch.compile) in {time.time() - t:.1f}s", file=sys.stderr, flush=True)

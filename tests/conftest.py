@@ -2,6 +2,8 @@ import copy
 
 import pytest
 
+from numerics import PINNED
+
 TINY = {
     "experiments": {
         "tiny": {
@@ -13,7 +15,7 @@ TINY = {
                 {"name": "sq", "kind": "softmax_q", "optimizer": "gd", "lr": 2.0},
                 {"name": "blk", "kind": "transformer_block", "optimizer": "adam", "lr": 3e-3, "width": 8},
             ],
-            "train": {"epochs": 12, "log_every": 3, "checkpoint_every": 5},
+            "train": {"epochs": 12, "log_every": 3, "checkpoint_every": 5, **PINNED},
             "sweep": {"task.L": [0.2, 1.5], "seed": [0, 1]},
         }
     }

@@ -123,23 +123,45 @@ def test_offdiag_rate_is_not_testable_where_shift_invariance_fixes_it():
 
 
 def test_offdiag_fall_and_oscillation():
+    """Proposition 3 bounds the rate and states an overall decrease: `fall` is judged; oscillation is
+    an observation (the share of runs and its exact interval) that no row decides (issue 35 item 5)."""
     df = runs(features="random")
     rows = C.offdiag_logits(setting(logit_cols(df)))
-    assert one(rows, "fall")["verdict"] == HOLDS and one(rows, "oscillation")["verdict"] == HOLDS
+    osc = one(rows, "oscillation")
+    assert one(rows, "fall")["verdict"] == HOLDS and osc["verdict"] == NOT_TESTABLE
+    n = int(re.search(r"of (\d+) runs oscillate", osc["measurement"]).group(1))   # L = 2 crosses within 5 steps: left out
+    assert n == 15 and "3 run(s) crossed 10⁻¹ of their initial loss within 5 steps" in osc["measurement"]
+    assert osc["value"] == 1.0 and osc["ci_lo"] == pytest.approx(0.025 ** (1 / n)) and "informal wording" in osc["reason"]
     rows = C.offdiag_logits(setting(logit_cols(df, fell=0.2, excess=0.0)))
     assert one(rows, "fall")["verdict"] == FAILS
-    mono = one(rows, "oscillation")                  # a monotone decay has no excess path: it fails
-    assert mono["verdict"] == FAILS
+    mono = one(rows, "oscillation")                  # a monotone decay has no excess path: reported, not failed
+    assert mono["verdict"] == NOT_TESTABLE and mono["value"] == 0.0 and "0 of 15 runs oscillate" in mono["measurement"]
     assert one(C.offdiag_logits(setting(df)))["verdict"] == NOT_TESTABLE      # no logits logged
+
+
+def test_logit_claims_read_runs_whose_path_is_dynamics():
+    """Issue 35 item 4: runs that crossed 10⁻¹ of their start within 5 steps (ldl_stability at lr
+    100-10000: within 0.08 epoch) or did not train are left out of the logits' claims and counted;
+    a setting with none reads not testable."""
+    df = logit_cols(runs(features="random"))
+    fast = df.assign(**{"t_rel_1e-1": np.where(df["L"] >= 1.0, 0.08, df["t_rel_1e-1"])})
+    r = one(C.offdiag_logits(setting(fast)), "fall")
+    assert r["verdict"] == HOLDS and "6 run(s) crossed 10⁻¹ of their initial loss within 5 steps" in r["measurement"]
+    assert "most fell in 12 of 12 runs" in r["measurement"]
+    allfast = df.assign(**{"t_rel_1e-1": 0.08})
+    rows = C.offdiag_logits(setting(allfast))
+    assert one(rows)["verdict"] == NOT_TESTABLE and "trace dynamics" in one(rows)["reason"]
+    stuck = df.assign(final_train_loss=0.9 * df["uniform_train_loss"])
+    assert one(C.own_logit_monotone(setting(stuck)))["verdict"] == NOT_TESTABLE
 
 
 def test_own_logit_monotone():
     """A share of runs with its exact binomial interval: 36 of 36 monotone runs give [0.903, 1],
     inside [0.9, 1]; 18 of 18 give [0.815, 1], which cannot tell a 10% failure rate from none."""
-    df = logit_cols(runs(seeds=range(6)))
+    df = logit_cols(runs(seeds=range(6), lr=0.5))         # every run's loss takes ≥ 5 steps to cross 10⁻¹
     r = one(C.own_logit_monotone(setting(df)))
     assert r["verdict"] == HOLDS and r["ci_lo"] == pytest.approx(0.025 ** (1 / 36)) and r["ci_hi"] == 1.0
-    eighteen = one(C.own_logit_monotone(setting(logit_cols(runs()))))
+    eighteen = one(C.own_logit_monotone(setting(logit_cols(runs(lr=0.5)))))
     assert eighteen["verdict"] == UNSURE and eighteen["ci_lo"] == pytest.approx(0.025 ** (1 / 18))
     down = logit_cols(runs(), drop=0.2)
     assert one(C.own_logit_monotone(setting(down)))["verdict"] == FAILS
@@ -290,11 +312,12 @@ def test_runs_on_the_measured_clock_are_not_failed_for_the_constant_inside_theta
     assert "measured label gap²" in p1["prediction"] and "with L²Δ²" in p1["prediction"]
     m = re.search(r"= (-?[\d.]+) with L²Δ² .* to (-?[\d.]+) with the measured label gap²", p1["prediction"])
     assert float(m.group(1)) < -0.4 and abs(float(m.group(2))) < 0.01      # 2·dlog r/dlog L and the clock's 0
-    # uniform attention's loss ∝ the gap², so ε from the loss grows with L and the sharp 1/ε of Theorem 2 is
-    # not the clock's: the two readings of ε disagree (as on ldl_phase_diagram), inconclusive, not 'does not hold'
+    # uniform attention's loss ∝ the gap², so with ε² = the loss ε grows with L and the sharp 1/ε of Theorem 2
+    # is not the clock's; with Lemma 1's prefactor inside the O (ε² = the loss / loss₀, issue 35 item 2) ε is
+    # one number and the clock's slope is the theorem's: the band spans both, and the runs hold
     tv = one(C.time_vs_L(setting(clk), tcols=("t_rel_1e-2",)), "sharp, relative 1e-2")
-    assert tv["verdict"] == UNSURE and "the two readings of ε disagree" in tv["reason"], tv
-    assert "with the measured label gap²" in tv["prediction"]
+    assert tv["verdict"] == HOLDS, tv
+    assert "with the measured label gap²" in tv["prediction"] and "ε² = the loss / loss₀" in tv["prediction"]
     # one initial loss for every L (ε alike in both readings): the clock's slope lies in the band
     one_eps = on_clock(loss0_from_gap=False)
     assert one(C.time_vs_L(setting(one_eps), tcols=("t_rel_1e-2",)), "sharp, relative 1e-2")["verdict"] in (HOLDS, UNSURE)
@@ -724,3 +747,174 @@ def test_the_report_says_which_claims_their_band_decides():
     assert got["ldl.mean_field"]["decided"] == 3 and got["ldl.mean_field"]["share"] == 1.0
     assert got["ldl.mean_field"]["header"].startswith("decided mostly by its band: 3 of 3")
     assert got["ldl.attention_to_one"]["header"] == "" and got["ldl.attention_to_one"]["text"].startswith("0 of 1")
+
+
+# ----------------------------------------------------------------------------- the third column: LDL's own flow
+
+FLOW_EPOCHS = np.unique(np.r_[0, np.round(np.geomspace(1, 4e5, 600))]).astype(int)   # a sparse logging grid
+
+
+def power_time(L, x, a, tau=5.0):
+    """When a loss loss₀(1 + tL²/τ)^−a falls to x·loss₀: the late power law t^−a that LDL's flow
+    shows (the issue measured a ≈ 1.15-1.25), faster at larger L."""
+    return tau / L ** 2 * (x ** (-1 / a) - 1)
+
+
+def flow_tables(df, a=1.2, bias=0.02):
+    """theory_curves for df's runs: the balanced flow's loss loss₀(1 + tL²/τ)^−a, its own attention
+    as Lemma 1 links it (1 − Attn_own = (1 − 1/K)·sqrt(loss/loss₀)), the sampled-count flow `bias`
+    above it in log, on FLOW_EPOCHS."""
+    parts = []
+    for r in df.itertuples():
+        loss = r.uniform_train_loss * (1 + FLOW_EPOCHS * r.L ** 2 / 5.0) ** -a
+        own = 1 - (1 - 1 / K) * np.sqrt(loss / loss[0])
+        for metric, v in (("mean_field_loss", loss), ("mean_field_attn_own", own),
+                          ("mean_field_loss_sampled", loss * np.exp(bias))):
+            parts.append(pd.DataFrame({"run_id": r.run_id, "epoch": FLOW_EPOCHS, "metric": metric, "value": v}))
+    return pd.concat(parts, ignore_index=True)
+
+
+def runs_like_the_flow(a, seeds=FIVE, noise=0.05):
+    """Runs whose crossing times follow a power law t^−a with 5% noise between runs (the flow's
+    at a = 1.2; the attention at each crossing as Lemma 1 links it)."""
+    df = runs(seeds=seeds)
+    g = np.random.default_rng(11)
+    for tcol in ("t_rel_1e-1", "t_rel_1e-2", "t_rel_1e-3"):
+        x = float(tcol.split("_")[-1])
+        df[tcol] = power_time(df["L"], x, a) * np.exp(noise * g.standard_normal(len(df)))
+    return df
+
+
+def test_the_flow_is_measured_as_the_tables_step_measures_a_run():
+    df = runs(seeds=(0,))
+    fr = C.flow.flow_runs(setting(df, theory_curves=flow_tables(df)))
+    want = power_time(df["L"].to_numpy(), 1e-2, 1.2)
+    assert np.allclose(fr["t_rel_1e-2"].to_numpy(float), want, rtol=0.02)      # interpolated on a sparse grid
+    assert np.allclose(fr["loss0"], df["uniform_train_loss"]) and not fr["diverged"].any()
+    assert np.allclose(fr["attn_at_t_rel_1e-2"], 1 - (1 - 1 / K) * 0.1, atol=1e-3)
+    assert C.flow.flow_runs(setting(df)) is None                                # no flow: no reading
+
+
+@pytest.mark.parametrize("a_runs,against", [(1.2, "theorem"), (0.8, "dynamics")])
+def test_a_failing_beta_says_whether_the_runs_follow_the_flow(a_runs, against):
+    """β of a power law t^−a is ≈ 2/a: 1.7 at the flow's a = 1.2, outside both regimes' bands. Runs
+    that decay as the flow does fail against the theorem; runs that decay as t^−0.8 (β ≈ 2.5) fail
+    against the flow too."""
+    df = runs_like_the_flow(a_runs)
+    s = setting(df, theory_curves=flow_tables(df))
+    rows = C.flow.with_flow(robust(C.time_vs_eps, s), C.time_vs_eps, s)
+    for r in rows:
+        assert r["verdict"] == FAILS, r
+        assert 1.6 < r["flow_value"] < 1.85 and r["flow_lo"] <= r["flow_value"] <= r["flow_hi"]
+        assert r["against"] == against
+        said = "disagrees with its own mean-field dynamics, which the runs follow" if against == "theorem" else \
+            "the runs disagree with the theory's own mean-field dynamics too"
+        assert said in r["reason"] and claims.fmt(r["flow_value"]) in r["reason"]
+    assert list(claims.table("e", rows)["against"]) == [against, against]
+
+
+def test_a_row_that_holds_keeps_the_flows_reading_and_no_against():
+    df = runs(seeds=FIVE)                       # times from the theorems' own T: β in the bands
+    s = setting(df, theory_curves=flow_tables(df))
+    rows = C.flow.with_flow(robust(C.time_vs_eps, s), C.time_vs_eps, s)
+    assert [r["verdict"] for r in rows] == [HOLDS, HOLDS], rows
+    assert all(np.isfinite(r["flow_value"]) and r["against"] is None for r in rows)
+    plain = C.time_vs_eps(setting(df))          # no flow written: the columns stay empty
+    assert all(np.isnan(r["flow_value"]) and r["against"] is None for r in plain)
+
+
+def test_the_flow_slope_against_L_sits_beside_the_runs():
+    """time_vs_L on the flow: the power law's crossing times ∝ 1/L², so the flow's slope is −2."""
+    df = runs_like_the_flow(1.2)
+    sL = setting(df, theory_curves=flow_tables(df))
+    rows = C.flow.with_flow(C.time_vs_L(sL, tcols=("t_rel_1e-2",)), C.time_vs_L, sL)
+    for r in rows:
+        assert np.isclose(r["flow_value"], -2.0, atol=0.02), r
+
+
+def test_a_slope_the_clock_rule_fixes_is_not_evidence():
+    """Issue 35 item 3: under lr_rule: clock (ldl_phase_diagram) T1 and the relative crossing times are
+    the same at every L by construction: phase_one and time_vs_L read not testable, saying so, with
+    the slope in epochs kept as the row's value; the same runs with a step that does not follow a
+    rule are judged (test_runs_on_the_measured_clock_are_not_failed_for_the_constant_inside_theta)."""
+    clk = on_clock(gap_power=1.0, loss0_from_gap=False)
+    assert one(C.phase_one(setting(clk)))["verdict"] == HOLDS                          # no rule: judged
+    ruled = clk.assign(lr_rule="clock")
+    p1 = one(C.phase_one(setting(ruled)))
+    assert p1["verdict"] == NOT_TESTABLE and "lr_rule: clock" in p1["reason"] and "by construction" in p1["reason"]
+    assert p1["measurement"].startswith(f"slope in epochs {p1['value']:.2f}")
+    tv = one(C.time_vs_L(setting(ruled), tcols=("t_rel_1e-2",)), "sharp, relative 1e-2")
+    assert tv["verdict"] == NOT_TESTABLE and "η·t" in tv["reason"]
+    # β compares two crossings of one run: the clock's time scale cancels, and it is judged as before
+    assert [r["verdict"] for r in C.time_vs_eps(setting(runs(seeds=FIVE).assign(lr_rule="clock")))] == [HOLDS, HOLDS]
+
+
+def test_prop1_is_judged_on_runs_at_its_precondition_and_another_model_is_an_extension():
+    """Issue 35 item 4: block runs at lr 0.1 ended at 0.078-0.43× uniform attention's loss, far from
+    the O(ε²) Proposition 1 assumes: not testable, counted; where some reached it, the others are left
+    out and counted. A claim about LDL's model judged on the block carries `.ext` in its id."""
+    blk = runs(kind="transformer_block", c=0.5)
+    r = one(C.unseen_functions(setting(blk)))
+    assert r["claim_id"] == "ldl.unseen_functions.ext" and r["claim"] == claims.CLAIMS["ldl.unseen_functions"]
+    assert one(C.unseen_functions(setting(runs(c=0.5))))["claim_id"] == "ldl.unseen_functions"
+    far = blk.assign(final_train_loss=blk["uniform_train_loss"] * np.linspace(0.078, 0.43, len(blk)))
+    r = one(C.unseen_functions(setting(far)))
+    assert r["verdict"] == NOT_TESTABLE and "precondition" in r["reason"] and "0.078–0.43×" in r["reason"]
+    some = blk.assign(final_train_loss=np.where(blk["seed"] == 0, 0.2, 1e-3) * blk["uniform_train_loss"])
+    r = one(C.unseen_functions(setting(some)))
+    assert r["verdict"] == HOLDS and "6 of 18 runs did not reach Prop. 1's precondition" in r["measurement"]
+    assert claims.base_id("ldl.time_vs_L.ext") == "ldl.time_vs_L"
+    with pytest.raises(ValueError, match="unknown claim id"):
+        claims.verdict("ldl.nothing.ext", HOLDS, prediction="p", measurement="m", ci_lo=0, ci_hi=1)
+
+
+def test_every_row_names_the_hypotheses_its_setting_breaks():
+    """Issue 35 items 5, 7: δ ≥ p_k makes Eq. 9's lower bound vacuous (not an empty set), and K < 1/ε
+    at the claims' ε = 0.1 and N < K³ are named in the domain of every row of the setting."""
+    r = one(C.attention_to_one(setting(runs())))
+    assert "vacuous" in r["domain"] and "empty" not in r["domain"]
+    assert "K = 4 < 1/ε = 10" in r["domain"] and "N = 100 < K³ = 64" not in r["domain"]
+    small = runs().assign(N=50)
+    assert "N = 50 < K³ = 64" in one(C.attention_to_one(setting(small)))["domain"]
+
+
+@pytest.mark.parametrize("power,expect", [(-1.2, HOLDS), (1.0, FAILS)])
+def test_absolute_threshold_band_reads_lemma_1s_prefactor(power, expect):
+    """Issue 35 item 2: loss₀ grows as L^1.3 (Lemma 1's L²Δ² prefactor, saturating), so at one absolute
+    threshold 10⁻³ a larger L must reach a smaller share of its start: with ε² = the loss / loss₀ the
+    sharp T ∝ log(·)/(ηεL²) has slopes −1.35 to −0.99, with ε² = the loss −2 to −1.84 (the old band);
+    runs at −1.2 hold (and hold on attention's reading), a slope of +1 fails both."""
+    df = runs(Ls=(0.5, 1.0, 2.0, 3.0), seeds=FIVE)
+    loss0 = 0.05 * df["L"] ** 1.3
+    g = np.random.default_rng(21)
+    df = df.assign(loss0=loss0, uniform_train_loss=loss0, final_train_loss=1e-4 * loss0,
+                   **{"t_abs_1e-3": 200 * df["L"] ** power * np.exp(0.03 * g.standard_normal(len(df))),
+                      "attn_at_t_abs_1e-3": 1 - (1 - 1 / K) * np.sqrt(1e-3 / loss0)})
+    r = one(C.time_vs_L(setting(df), tcols=("t_abs_1e-3",)), "sharp, absolute 1e-3")
+    assert r["verdict"] == expect, r
+    assert "ε² = the loss -2.00 to -1.84; ε² = the loss / loss₀ -1.35 to -0.99" in r["prediction"]
+
+
+def test_mean_field_needs_five_seeds_and_a_row_the_scale_identity_repeats_is_reported_once():
+    """Issue 35 item 6: ldl_stability's lr 1, L 1 and lr 100, L 0.1 are one dynamics under the scale
+    identity (ηL² = 1 both; +0.043 [0.021, 0.081] twice): the second reads not testable and points at
+    the first; a mean-field row over 3 seeds is inconclusive, saying why."""
+    a = runs(Ls=(0.1, 1.0), seeds=FIVE, c=0.5, lr=1.0)
+    b = runs(Ls=(0.1, 1.0), seeds=FIVE, c=0.5, lr=100.0, seed=1)
+    b["run_id"] = b["run_id"] + "-b"
+    df = pd.concat([a, b], ignore_index=True)
+    cur, mf = mf_tables(df, 1.0)
+    tabs = {**tables_for(df), "curves": cur, "theory_curves": mf}
+    rows = [r for r in C.verdicts(tabs, "m") if r["claim_id"] == "ldl.mean_field"]
+    top = {r["group"]: r for r in rows if r["scope"] == "setting"}
+    assert top["lr=1; L=1"]["verdict"] == HOLDS
+    dup = top["lr=100; L=0.1"]
+    assert dup["verdict"] == NOT_TESTABLE and "the same dynamics as the row 'lr=1; L=1'" in dup["reason"]
+    assert "ηL² = 1 in both" in dup["reason"]
+    assert NOT_TESTABLE not in (top["lr=1; L=0.1"]["verdict"], top["lr=100; L=1"]["verdict"])   # ηL² = 0.01, 100
+    assert not [r for r in rows if r["scope"] == "run" and r["group"].startswith("lr=100; L=0.1")]
+    assert len([r for r in rows if r["scope"] == "run"]) == 15
+    three = a[(a["seed"] < 3) & (a["L"] == 1.0)]
+    cur3, mf3 = mf_tables(three, 1.0)
+    r = one([r for r in C.mean_field(setting(three, curves=cur3, theory_curves=mf3)) if r["scope"] == "setting"])
+    assert r["verdict"] == UNSURE and r["reason"] == "3 seeds: an interval over seeds needs at least 5"

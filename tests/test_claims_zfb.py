@@ -19,6 +19,7 @@ from icl.evaluate import _stats, eval_id, eval_prompts
 from icl.shifts import theory_cell
 from icl.theory import lsa
 from icl.theory.table import lsa_optimum, lsa_target_limit
+from numerics import PINNED
 
 REPO = Path(__file__).resolve().parent.parent
 ROT = {"kind": "gaussian", "d": 3, "covariance": {"eigenvalues": [2.0, 1.0, 0.4], "rotation_seed": 1}}
@@ -273,7 +274,7 @@ def train_lsa(tmp, epochs, lr, log_every=None, evaluate=None, seeds=(0, 1)):
     from icl.train import train_shard
     exp = {"tokens": ROT, "task": {"kind": "linear"}, "prompts": {"N": 8, "train": 200, "test": 100},
            "models": [{"name": "lsa", "kind": "lsa", "optimizer": "adam", "lr": lr}],
-           "train": {"epochs": epochs, "log_every": log_every or max(1, epochs // 20), "fresh": True},
+           "train": {"epochs": epochs, "log_every": log_every or max(1, epochs // 20), "fresh": True, **PINNED},
            "sweep": {"seed": list(seeds)}}
     if evaluate:
         exp["evaluate"] = evaluate

@@ -19,6 +19,7 @@ from icl.evaluate import evaluate_trained
 from icl.models import SoftmaxQ
 from icl.plan import plan
 from icl.train import train_shard
+from numerics import PINNED
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -29,7 +30,7 @@ ZFB = {"experiments": {"z": {
     "prompts": {"N": 8, "train": 32, "test": 32},
     "models": [{"name": "lsa", "kind": "lsa", "optimizer": "adam", "lr": 1e-2, "init_scale": 0.3},
                {"name": "sq", "kind": "softmax_q", "optimizer": "gd", "lr": 0.5}],
-    "train": {"epochs": 20, "log_every": 5},
+    "train": {"epochs": 20, "log_every": 5, **PINNED},
     "evaluate": {"lengths": [4, 8], "prompts": 200, "shifts": [{"kind": "none"}, {"kind": "scale", "c": [2]}]},
     "sweep": {"seed": [0, 1, 2]},
 }}}

@@ -14,6 +14,8 @@ from icl.fresh import FreshPrompts
 from icl.plan import plan
 from icl.streams import MASK, Stream, run_keys, triple32
 from icl.train import ShardTraining, train_shard
+from numerics import PINNED
+from test_train import resumed_after_kill
 
 CPU = torch.device("cpu")
 
@@ -39,7 +41,7 @@ def test_hash_equals_the_published_one():
 def test_uniform_normal_exponential_moments():
     """Mean, variance and tails of 2·10⁶ draws each (standard errors: 2e-4 for a mean of unit
     variance; a tolerance of 5 standard errors)."""
-    st = Stream([0, 1], STREAM_FRESH + 3, CPU)
+    st = Stream(torch.tensor([0, 1]), STREAM_FRESH + 3)
     n = 10**6
     u = st.uniform(1, (n,), torch.float64)
     assert 0 < float(u.min()) and float(u.max()) < 1
@@ -59,12 +61,12 @@ def test_uniform_normal_exponential_moments():
 
 
 def test_a_runs_draws_do_not_depend_on_the_runs_beside_it():
-    a = Stream([3, 5], 7, CPU).normal(1, (4, 6))
-    b = Stream([1, 3, 7, 5], 7, CPU).normal(1, (4, 6))
+    a = Stream(torch.tensor([3, 5]), 7).normal(1, (4, 6))
+    b = Stream(torch.tensor([1, 3, 7, 5]), 7).normal(1, (4, 6))
     torch.testing.assert_close(a, b[[1, 3]], rtol=0, atol=0)
-    assert not torch.equal(a[0], Stream([3], 8, CPU).normal(1, (4, 6))[0])       # another epoch: other draws
-    k0, k1 = run_keys([3, 3], 7, 1)
-    assert k0[0] == k0[1] and k0[0] != run_keys([3], 7, 2)[0][0]
+    assert not torch.equal(a[0], Stream(torch.tensor([3]), 8).normal(1, (4, 6))[0])       # another epoch: other draws
+    k0, k1 = run_keys(torch.tensor([3, 3, 4]), 7, 1)
+    assert k0[0] == k0[1] != k0[2] and k0[0] != run_keys(torch.tensor([3]), 7, 2)[0][0] and k0[0] != k1[0]
 
 
 def _specs(tokens, task, N=20, P=4000, seeds=(0, 1)):
@@ -165,7 +167,8 @@ GPT = {"experiments": {"g": {
     "tokens": {"kind": "gaussian", "d": 3}, "task": {"kind": "linear"}, "prompts": {"N": 6, "train": 8, "test": 16},
     "models": [{"name": "gpt", "kind": "gpt", "optimizer": "adam", "lr": 3e-3, "layers": 1, "heads": 2, "width": 8,
                 "positions": 13}],
-    "train": {"epochs": 12, "log_every": 6, "checkpoint_every": 5, "fresh": True},
+    # float32 and eager on every device (tests/numerics.py); test_compiled_step_equals_eager compiles
+    "train": {"epochs": 12, "log_every": 6, "checkpoint_every": 5, "fresh": True, **PINNED},
     "sweep": {"seed": [0, 1, 2]}}}}
 
 
@@ -211,23 +214,9 @@ def test_a_shard_in_chunks_equals_it_whole(tmp_path, monkeypatch):
 
 
 def test_resumed_fresh_run_equals_an_unbroken_one(tmp_path):
-    import icl.train as T
     recs, paths = _gpt(tmp_path)
     ref = train_shard(recs, paths, str(tmp_path / "ref.npz"))
-    out = str(tmp_path / "res.npz")
-    orig = T.Progress.update
-
-    def boom(self, done, *a, **k):
-        orig(self, done, *a, **k)
-        if done == 7:
-            raise KeyboardInterrupt
-    T.Progress.update = boom
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            train_shard(recs, paths, out)
-    finally:
-        T.Progress.update = orig
-    res = train_shard(recs, paths, out)
+    res = resumed_after_kill(recs, paths, str(tmp_path / "res.npz"))
     for key in set(ref) - {"seconds"}:
         np.testing.assert_array_equal(res[key], ref[key], err_msg=key)
 
@@ -239,15 +228,34 @@ def test_the_step_loop_never_waits_for_the_host(tmp_path, monkeypatch):
     sh = ShardTraining(recs, paths, CPU)
     sh.train_epoch(0)                                   # a logged epoch (0) may copy
     calls = []
-    for name in ("cpu", "item", "numpy", "tolist", "__bool__", "__int__", "__float__"):
+    for name in ("cpu", "item", "numpy", "tolist", "__bool__", "__int__", "__float__", "new_tensor"):
         orig = getattr(torch.Tensor, name)
         monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _n=name, _o=orig, **k: calls.append(_n) or _o(self, *a, **k))
+    for name in ("tensor", "as_tensor", "from_numpy"):          # a copy from the host (on CUDA it waits too)
+        orig = getattr(torch, name)
+        monkeypatch.setattr(torch, name, lambda *a, _n=name, _o=orig, **k: calls.append(_n) or _o(*a, **k))
     for epoch in range(1, 6):                           # not on the logging grid (every 6)
         sh.train_epoch(epoch)
     monkeypatch.undo()
     assert calls == []
     assert np.isnan(sh.trace.arrays["train_loss"][:, 1:6]).all()          # still on the device
     sh.train_epoch(6)                                   # a logged epoch copies what the steps left there
+    assert np.isfinite(sh.trace.arrays["train_loss"][:, :6]).all()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: torch's sync debug mode watches the GPU's queue")
+def test_no_step_synchronises_with_a_gpu(tmp_path):
+    """On CUDA, torch raises on any operation that waits for the GPU (sync debug mode 'error')."""
+    recs, paths = _gpt(tmp_path)
+    sh = ShardTraining(recs, paths, torch.device("cuda"))
+    sh.train_epoch(0)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for epoch in range(1, 6):
+            sh.train_epoch(epoch)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    sh.train_epoch(6)
     assert np.isfinite(sh.trace.arrays["train_loss"][:, :6]).all()
 
 
@@ -289,7 +297,7 @@ def test_bf16_losses_agree_with_float32(tmp_path):
     b16 = train_shard(recs_bf16, paths, str(tmp_path / "bf16.npz"))
     assert str(b16["precision"]) == "bf16" and str(f32["precision"]) == "float32"
     rel = np.abs(b16["trace_train_loss"] - f32["trace_train_loss"]) / f32["trace_train_loss"]
-    assert rel.max() < 0.03
+    assert rel.max() < 0.03, f"bf16 against float32: max relative difference {rel.max():.3g}"
     assert rel.max() > 0                                # it did train in another precision
 
 

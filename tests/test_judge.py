@@ -140,3 +140,18 @@ def test_the_index_and_the_report_count_per_setting_verdicts_with_per_run_rows_a
     rows = [row(HOLDS, "setting")] * 2 + [row(FAILS, "setting")] + [row(HOLDS, "run")] * 5 + [row(FAILS, "run")] * 2
     counts, per_run = verdict_counts(claims.table("e", rows))
     assert dict(counts) == {HOLDS: 2, FAILS: 1, UNSURE: 0, claims.NOT_TESTABLE: 0} and per_run == 7
+
+
+def test_fragility_moves_the_band_edge_nearest_the_measurement():
+    """Issue 35 item 3: a band half as wide keeps its natural bound and moves the edge a measurement
+    can cross; a measurement above a band is tested at the upper edge, not at a centre-shrunk band."""
+    share = Band(1.0, 1.0, 0.1, floor=0.0, ceil=1.0)            # [0.9, 1]: 1 is the share's natural bound
+    assert share.edges(0.5, at=0.99) == pytest.approx((0.95, 1.0)) and share.edges(1.5, at=0.99) == pytest.approx((0.85, 1.0))
+    beta = Band(0.99, 1.17)
+    assert beta.edges(0.5, at=1.6) == pytest.approx((0.99, 1.125)) and beta.edges(1.5, at=1.6) == pytest.approx((0.99, 1.215))
+    assert beta.edges(0.5, at=0.5) == pytest.approx((1.035, 1.17)) and beta.edges(0.5) == pytest.approx((1.035, 1.125))
+    # a share of 1.0 [0.929, 1] (50 runs, all monotone): in [0.9, 1] and in its half-width version [0.95, 1]? no: flips
+    assert judge(0.929, 1.0, share)[0] == HOLDS and judge(0.929, 1.0, share, Choices(band=0.5))[0] == UNSURE
+    assert judge(0.96, 1.0, share, Choices(band=0.5))[0] == HOLDS      # 90 runs all monotone: decisive, not the band's
+    # a β of 1.19-1.21 against [0.99, 1.17]: outside; 1.5× wider at the near edge (to 1.215) it is inside
+    assert judge(1.19, 1.21, beta)[0] == FAILS and judge(1.19, 1.21, beta, Choices(band=1.5))[0] == HOLDS

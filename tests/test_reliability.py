@@ -15,6 +15,7 @@ import yaml
 from icl.data import Dataset, read_dataset
 from icl.io import read_parquet
 from icl.tables import aggregate
+from numerics import PINNED
 
 REPO = Path(__file__).resolve().parent.parent
 TABLES = ["runs", "curves", "attention", "matrices", "summary"]
@@ -27,7 +28,7 @@ LONG = {
             "task": {"kind": "cosine", "L": 1.0, "c": 0.5},
             "prompts": {"N": 16, "train": 64, "test": 64},
             "models": [{"name": "blk", "kind": "transformer_block", "optimizer": "adam", "lr": 3e-3, "width": 16}],
-            "train": {"epochs": 300, "log_every": 25, "checkpoint_every": 100},
+            "train": {"epochs": 300, "log_every": 25, "checkpoint_every": 100, **PINNED},
             "sweep": {"task.L": [0.3, 1.0], "seed": [0, 1]},
         }
     }

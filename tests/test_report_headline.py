@@ -244,3 +244,13 @@ def test_predictor_table_names_its_N():
     assert head == ["N", "predictor", "M=20"]
     assert {r[0] for r in rows} == {"20"} and {r[1] for r in rows} == {"ols", "uniform_attention", "gpt", "lsa"}
     assert float(next(r for r in rows if r[1] == "ols")[2]) == pytest.approx(0.1)
+
+
+def test_a_failing_claim_says_whom_its_rows_are_against():
+    v = _verdicts([{"claim_id": "ldl.time_vs_eps", "group": f"N={n}", "verdict": claims.FAILS,
+                    "reason": "the median β's interval lies outside the band"} for n in (10, 20, 40)])
+    v["against"] = pd.array(["theorem", "theorem", "dynamics"], dtype="string")
+    out = hl.failing_claims(v)
+    assert "does not hold for m in all 3 testable settings (every N (3)) (against: theorem in 2, " \
+           "against: dynamics in 1): the median β's" in out[0], out[0]
+    assert hl.against_text(v.drop(columns="against")) == ""

@@ -11,6 +11,7 @@ from icl.config import validate
 from icl.data import read_dataset, write_dataset
 from icl.plan import plan
 from icl.train import train_shard
+from numerics import PINNED
 
 
 def _train(tmp_path, optimizer, points):
@@ -21,7 +22,7 @@ def _train(tmp_path, optimizer, points):
             "tokens": {"kind": "discrete", "d": 6, "K": 3, "delta": 2.0},
             "task": {"kind": "cosine", "L": L, "c": 0.5}, "prompts": {"N": 20, "train": 40, "test": 10},
             "models": [{"name": "q", "kind": "softmax_q", "optimizer": optimizer, "lr": lr}],
-            "train": {"epochs": 60, "log_every": 1}}}})
+            "train": {"epochs": 60, "log_every": 1, **PINNED}}}})
         r = plan(cfg, "s")[0]
         path = str(tmp_path / f"{i}.npz")
         write_dataset(r.data_spec, path)

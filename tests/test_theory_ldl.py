@@ -270,3 +270,148 @@ def test_gd_on_real_prompts_follows_the_sampled_count_flow_closer_than_the_balan
     assert np.abs(np.log(smp / bal)).max() > 0.05                     # the approximation's bias is real
     assert np.abs(np.log(gd / smp)).max() < 0.035
     assert np.median(np.abs(np.log(gd / smp))) < 0.5 * np.median(np.abs(np.log(gd / bal)))
+
+
+def test_flows_integrated_together_equal_the_per_run_flows():
+    """table.flow_curves (ldl.count_flows, all flows of one K, prompt count and length in one batch)
+    against the per-run code, float64 to 1e-10: flows of K = 3 and 4, different L, Δ, c, steps,
+    prompt counts (absent features among them) and lengths, random and orthogonal features, and
+    the balanced flows (K prompts weighted p_k) with their own attention, non-uniform p included."""
+    from icl.theory.table import Flow, flow_curves
+    rng = np.random.default_rng(7)
+    flows, want = {}, {}
+    for i, (K, P, epochs, L, delta, c, eta) in enumerate([(4, 30, 25, 0.4, 3.0, 0.5, 1.0), (4, 30, 25, 2.0, 1.0, 1.0, 0.3),
+                                                          (4, 30, 25, 1.0, 2.0, 0.5, 2.5), (3, 12, 40, 1.5, 3.0, 0.7, 0.8),
+                                                          (3, 12, 40, 0.2, 2.0, 0.5, 4.0), (4, 50, 10, 1.0, 3.0, 0.5, 1.0)]):
+        V = delta / np.sqrt(2) * np.eye(6)[:K] if i % 2 else rng.standard_normal((K, 6))
+        C = ldl.cosine_label_cov(V, L, c)
+        counts = rng.multinomial(8, rng.dirichlet(np.ones(K)), size=P)
+        query = rng.integers(0, K, P)
+        flows[("s", i)] = Flow(V, C, counts, query, np.full(P, 1.0 / P), eta, epochs)
+        want[("s", i)] = ldl.mean_field_curve_counts(V, counts, query, C, eta, epochs), None
+        p = rng.dirichlet(np.ones(K)) if i % 3 else np.full(K, 1.0 / K)
+        flows[("b", i)] = Flow(V, C, np.tile(p, (K, 1)), np.arange(K), p, eta, epochs)
+        loss, attn = ldl.mean_field_curve_cov(V, p, C, eta, epochs)
+        want[("b", i)] = loss, np.einsum("tkk->tk", attn).mean(1)
+    got = flow_curves(flows)
+    assert got.keys() == want.keys()
+    for key, (loss, own) in want.items():
+        assert got[key][0].shape == loss.shape
+        np.testing.assert_allclose(got[key][0], loss, rtol=1e-10, atol=0)
+        if own is not None:
+            np.testing.assert_allclose(got[key][1], own, rtol=1e-10, atol=0)
+
+
+def test_flows_together_take_the_log_space_form_where_a_prompts_weights_underflow(monkeypatch):
+    """A step of 10³ drives the scores hundreds apart: where a prompt's present features score far
+    below an absent one, e^{S - max} underflows for all of them; the log-space form then gives the
+    per-run numbers, and without it (TINY = 0) the flow turns NaN, so the branch is what holds them."""
+    rng = np.random.default_rng(0)
+    V = 2.0 * np.eye(3)
+    C = ldl.cosine_label_cov(V, 5.0, 0.5)
+    counts, query = rng.multinomial(4, [1 / 3] * 3, size=20), rng.integers(0, 3, 20)
+    args = ((V @ V.T)[None], ldl.diff_cov(C)[None], counts[None], query[None], np.full((1, 20), 0.05), np.array([1e3]), 4)
+    np.testing.assert_allclose(ldl.count_flows(*args)[0][0], ldl.mean_field_curve_counts(V, counts, query, C, 1e3, 4),
+                               rtol=1e-10)
+    monkeypatch.setattr(ldl, "TINY", 0.0)
+    assert np.isnan(ldl.count_flows(*args)[0][0, 1:]).all()
+
+
+def _per_run_mean_field_rows(plan_runs, mean_field):
+    """theory_curves as the per-run code made them before the flows were integrated together
+    (one flow per run, numpy): the reference the table is held equal to."""
+    import pandas as pd
+    from icl.data import feature_probs, features
+    from icl.runtime import log_epochs
+    from icl.tasks import family
+    from icl.theory.table import train_counts
+    parts = []
+    for r in plan_runs:
+        s = r["spec"]
+        tok, task, model = s["tokens"], s["task"], s["model"]
+        if not (model["kind"] in mean_field and model["optimizer"] == "gd" and tok["kind"] == "discrete"):
+            continue
+        V = features(tok, s["seed"]).astype(float)
+        C = family(task["kind"]).label_cov(task, V)
+        p = feature_probs(tok)
+        ep = np.asarray(log_epochs(s["train"]["epochs"], s["train"]["log_every"]))
+        loss, attn = ldl.mean_field_curve_cov(V, p, C, model["lr"], s["train"]["epochs"])
+        own = np.array([np.mean(np.diag(a)) for a in attn[ep]])
+        counts, query = train_counts(s)
+        sampled = ldl.mean_field_curve_counts(V, counts, query, C, model["lr"], s["train"]["epochs"])
+        parts.append(pd.DataFrame({"run_id": r["run_id"], "epoch": np.tile(ep, 3),
+                                   "metric": np.repeat(["mean_field_loss", "mean_field_attn_own",
+                                                        "mean_field_loss_sampled"], len(ep)),
+                                   "value": np.concatenate([loss[ep], own, sampled[ep]])}))
+    return pd.concat(parts, ignore_index=True)
+
+
+def test_theory_curves_equal_the_per_run_code_on_a_small_config():
+    """theory_curves.parquet's rows on a small sweep (K, Δ, L, seed, two GD steps, non-uniform p,
+    random features, an Adam model that has no curve): the same rows, keys and order as the per-run
+    code's, values to 1e-10."""
+    from icl.config import validate
+    from icl.models import kinds
+    from icl.plan import plan
+    from icl.theory.table import mean_field_rows
+    raw = {"experiments": {"small": {
+        "tokens": {"kind": "discrete", "d": 5, "K": 3, "delta": 3.0},
+        "task": {"kind": "cosine", "L": 1.0, "c": 0.5}, "prompts": {"N": 12, "train": 20, "test": 10},
+        "models": [{"name": "q1", "kind": "softmax_q", "optimizer": "gd", "lr": 1.0},
+                   {"name": "q2", "kind": "softmax_q", "optimizer": "gd", "lr": 3.0},
+                   {"name": "qa", "kind": "softmax_q", "optimizer": "adam", "lr": 0.01}],
+        "train": {"epochs": 15, "log_every": 4},
+        "sweep": {"tokens.K": [3, 4], "tokens.delta": [1.5, 3.0], "task.L": [0.3, 2.0], "seed": [0, 1]}},
+        "random": {
+        "tokens": {"kind": "discrete", "d": 6, "K": 4, "delta": 2.0, "probs": [0.4, 0.3, 0.2, 0.1], "features": "random"},
+        "task": {"kind": "cosine", "L": 1.0, "c": 0.5}, "prompts": {"N": 10, "train": 16, "test": 10},
+        "models": [{"name": "q", "kind": "softmax_q", "optimizer": "gd", "lr": 2.0}],
+        "train": {"epochs": 9, "log_every": 1}, "sweep": {"seed": [0, 1, 2]}}}}
+    cfg = validate(raw)
+    for name in ("small", "random"):
+        runs = [{"run_id": r.run_id, "spec": r.spec} for r in plan(cfg, name)]
+        got, want = mean_field_rows(runs, kinds("mean_field")), _per_run_mean_field_rows(runs, kinds("mean_field"))
+        assert len(got) == len(want) > 0
+        for col in ("run_id", "epoch", "metric"):
+            np.testing.assert_array_equal(got[col].to_numpy(), want[col].to_numpy())
+        np.testing.assert_allclose(got["value"].to_numpy(), want["value"].to_numpy(), rtol=1e-10, atol=0)
+
+
+def test_a_store_of_flows_integrates_only_the_flows_it_lacks(tmp_path, monkeypatch):
+    """flow_curves with a store: the first call integrates every flow, a later one with a flow added
+    and one changed (its step) integrates those two alone, and every curve equals the one integrated
+    without a store."""
+    from icl.theory import table
+    V = 3.0 / np.sqrt(2) * np.eye(5)[:4]
+    C = ldl.cosine_label_cov(V, 1.0, 0.5)
+
+    def flow(seed, eta):
+        g = np.random.default_rng(seed)
+        return table.Flow(V, C, g.multinomial(10, [0.25] * 4, size=20), g.integers(0, 4, 20), np.full(20, 0.05), eta, 12)
+
+    flows = {i: flow(i, 1.0) for i in range(3)}
+    fresh = table.flow_curves(flows)
+    store = str(tmp_path / "flows.npz")
+    seen = []
+    real = ldl.count_flows
+    monkeypatch.setattr(ldl, "count_flows", lambda *a: seen.append(len(a[0])) or real(*a))
+    first = table.flow_curves(flows, store)
+    assert seen == [3]
+    later = {**flows, 1: flow(1, 2.0), 3: flow(3, 1.0)}
+    second = table.flow_curves(later, store)
+    assert seen == [3, 2]
+    assert set(table.read_flows(store)) == {table.flow_key(f) for f in later.values()}
+    for key in flows:
+        np.testing.assert_array_equal(first[key][0], fresh[key][0])
+    for key in (0, 2):
+        np.testing.assert_array_equal(second[key][0], fresh[key][0])
+        np.testing.assert_array_equal(second[key][1], fresh[key][1])
+    again = table.flow_curves({1: flow(1, 2.0), 3: flow(3, 1.0)})
+    for key in (1, 3):
+        np.testing.assert_array_equal(second[key][0], again[key][0])
+    assert not np.allclose(second[1][0], fresh[1][0])
+    (tmp_path / "flows.npz").write_bytes(b"not a zip")                  # a broken store is a cold one
+    assert table.read_flows(store) == {}
+    third = table.flow_curves(later, store)
+    assert seen == [3, 2, 2, 4] and set(table.read_flows(store)) == {table.flow_key(f) for f in later.values()}
+    np.testing.assert_array_equal(third[0][0], fresh[0][0])

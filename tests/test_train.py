@@ -99,32 +99,34 @@ def test_divergence_is_contained(tiny_plan):
     assert summ["diverged"].tolist() == [False, True, False, False]
 
 
+def resumed_after_kill(runs, paths, out: str, at: int = 7) -> dict:
+    """train_shard killed (KeyboardInterrupt) once `at` epochs are done, after the checkpoint a
+    killed job leaves behind, then run again: what the rerun returns."""
+    import icl.train as T
+    orig = T.Progress.update
+
+    def boom(self, done, *a, **k):
+        orig(self, done, *a, **k)
+        if done == at:
+            raise KeyboardInterrupt
+    T.Progress.update = boom
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            train_shard(runs, paths, out)
+    finally:
+        T.Progress.update = orig
+    assert os.path.exists(out + ".ckpt") and not os.path.exists(out)
+    res = train_shard(runs, paths, out)
+    assert not os.path.exists(out + ".ckpt")
+    return res
+
+
 @pytest.mark.parametrize("kind", ["softmax_q", "transformer_block"])
 def test_resume_from_checkpoint_is_exact(tiny_plan, kind):
     recs, paths, tmp = tiny_plan
     members = _members(recs, kind)
     ref = train_shard(members, paths, str(tmp / "ref.npz"))
-    # simulate a kill after the first checkpoint: run to completion, but keep the checkpoint that
-    # an interrupted job leaves behind by training a copy with fewer epochs first
-    short = [{**r, "spec": {**r["spec"]}} for r in members]
-    out = str(tmp / "res.npz")
-    import icl.train as T
-    orig = T.Progress.update
-    calls = {"n": 0}
-
-    def boom(self, done, *a, **k):
-        orig(self, done, *a, **k)
-        if done == 7:
-            raise KeyboardInterrupt
-    T.Progress.update = boom
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            train_shard(short, paths, out)
-    finally:
-        T.Progress.update = orig
-    assert os.path.exists(out + ".ckpt") and not os.path.exists(out)
-    res = train_shard(short, paths, out)
-    assert not os.path.exists(out + ".ckpt")
+    res = resumed_after_kill(members, paths, str(tmp / "res.npz"))
     assert set(res) == set(ref)
     for key in set(ref) - {"seconds"}:                   # every logged array and final parameter
         np.testing.assert_array_equal(res[key], ref[key], err_msg=key)

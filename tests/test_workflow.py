@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 import pytest
 import yaml
 
@@ -119,7 +120,8 @@ def test_index_tells_what_was_found(finished):
         badge = f'<span class="badge v-{verdict.replace(" ", "-")}">{n} {verdict}</span>'
         assert badge in index and badge in report, verdict                       # the same counts in both
     assert (v["verdict"] == "not testable").sum() >= 5              # the softmax_q claims the identity decides
-    assert 'alt="key figure of tiny"' in index and "8 runs; training" in index and " on cpu" in index
+    device = "cuda" if torch.cuda.is_available() else "cpu"         # where the jobs trained (device: auto)
+    assert 'alt="key figure of tiny"' in index and "8 runs; training" in index and f" on {device}" in index
     thumb = (finished / "results/tiny/thumbnail.png").read_bytes()
     assert thumb.startswith(b"\x89PNG") and base64.b64encode(thumb).decode() in index
 
@@ -180,8 +182,8 @@ def test_one_flat_sharp_split_everywhere(finished, tmp_path):
     slopes = pd.read_parquet(res_dir / "slopes.parquet")
     assert set(slopes["regime"].dropna()) == {"flat"}
     verdicts = pd.read_parquet(res_dir / "verdicts.parquet")
-    tr = verdicts[(verdicts["claim_id"] == "ldl.transition_at_Lstar") & (verdicts["model"] == "blk")]
-    assert tr["reason"].str.contains("does not cross L\\*").all(), tr
+    tr = verdicts[(verdicts["claim_id"] == "ldl.transition_at_Lstar.ext") & (verdicts["model"] == "blk")]
+    assert len(tr) and tr["reason"].str.contains("does not cross L\\*").all(), tr      # the block: an extension
     joined = pd.read_parquet(res_dir / "runs.parquet").merge(theory, on="run_id")
     assert (claims_ldl.regimes(joined) == "flat").all()
     html = (tmp_path / "tiny.html").read_text()
@@ -279,7 +281,8 @@ def test_notebook_entry_point(finished, tmp_path):
     assert tl["L"].dtype == runs["L"].dtype and tl["seed"].dtype == runs["seed"].dtype
     v = exp.verdicts                           # written by the report job: one row per claim x model
     assert list(v.columns) == ["experiment", "claim_id", "model", "group", "claim", "prediction", "measurement",
-                               "value", "ci_lo", "ci_hi", "verdict", "reason", "domain", "fragile", "scope"]
+                               "value", "ci_lo", "ci_hi", "verdict", "reason", "domain", "fragile", "scope", "flow_value",
+                               "flow_lo", "flow_hi", "against"]
     assert set(v["model"]) == {"sq", "blk"} and set(v["verdict"]) <= {"holds", "does not hold", "inconclusive",
                                                                        "not testable"}
     assert {"attn", "model", "L"} <= set(exp.table("attention").columns)
@@ -297,12 +300,13 @@ def test_notebook_entry_point(finished, tmp_path):
 def test_L_claims_of_softmax_q_read_not_testable(finished):
     """On the tiny sweep (softmax_q by GD, cosine at one c) the claims about L are decided by the
     scale identity: `not testable`, with the reason; the block's and a shape-changing task's are not."""
+    from icl import claims
     from icl.claims import ldl as claims_ldl
     tabs = {k: pd.read_parquet(finished / f"results/tiny/{k}.parquet")
             for k in ("runs", "summary", "theory", "curves", "theory_curves", "stability")}
     tabs["q_features"] = pd.read_parquet(finished / "results/tiny/matrices.parquet", filters=[("name", "==", "q_features")])
     L_claims = ("ldl.phases", "ldl.time_vs_L", "ldl.time_vs_eps", "ldl.transition_at_Lstar")
-    by_id = lambda rows: {r["claim_id"]: r for r in rows}
+    by_id = lambda rows: {claims.base_id(r["claim_id"]): r for r in rows}     # the block's carry .ext
     rows = by_id(claims_ldl.verdicts(tabs, "sq"))
     for claim in L_claims:
         assert rows[claim]["verdict"] == "not testable", claim

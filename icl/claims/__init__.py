@@ -37,7 +37,12 @@ CLAIMS = {
 }
 
 COLUMNS = ["experiment", "claim_id", "model", "group", "claim", "prediction", "measurement", "value", "ci_lo",
-           "ci_hi", "verdict", "reason", "domain", "fragile", "scope"]
+           "ci_hi", "verdict", "reason", "domain", "fragile", "scope", "flow_value", "flow_lo", "flow_hi", "against"]
+# `against`, on a row that does not hold where the theory's own dynamics were measured too (icl.claims.ldl.flow):
+# "theorem" (the runs follow LDL's mean-field flow; the theorem's statement disagrees with it) or
+# "dynamics" (the runs disagree with that flow too); null elsewhere
+AGAINST = ("theorem", "dynamics")
+EXT = ".ext"    # a claim about LDL's model judged on another model: an extension, in its own id
 SCOPES = ("setting", "run")      # a row per setting (the report's table), or per run (behind a toggle)
 
 
@@ -48,9 +53,11 @@ def verdict(claim_id: str, verdict: str, *, prediction: str, measurement: str, r
     learn why in one sentence. `domain`: where the runs lie outside the theorem's assumptions, a
     sentence saying which (empty where they meet them or the claim has none). `fragile`: the
     analysis choices that flip the verdict (icl.claims.judge.robust fills it). `scope`: 'setting'
-    for a row per setting, 'run' for a claim's per-run detail."""
-    if claim_id not in CLAIMS:
-        raise ValueError(f"unknown claim id {claim_id!r}; known: {', '.join(CLAIMS)}")
+    for a row per setting, 'run' for a claim's per-run detail. `flow_value`, `flow_lo`, `flow_hi`
+    and `against`: the same statistic on LDL's mean-field flow and who a "does not hold" is against
+    (icl.claims.ldl.flow fills them; NaN and None where the claim has no flow reading)."""
+    if base_id(claim_id) not in CLAIMS:
+        raise ValueError(f"unknown claim id {claim_id!r}; known: {', '.join(CLAIMS)} (and each with {EXT})")
     if verdict not in VERDICTS:
         raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
     if verdict != HOLDS and not reason:
@@ -59,15 +66,23 @@ def verdict(claim_id: str, verdict: str, *, prediction: str, measurement: str, r
         raise ValueError(f"{claim_id}: 'holds' needs an interval (ci_lo, ci_hi) inside the prediction's band")
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {SCOPES}, got {scope!r}")
-    return {"claim_id": claim_id, "model": model, "group": group, "claim": CLAIMS[claim_id],
+    return {"claim_id": claim_id, "model": model, "group": group, "claim": CLAIMS[base_id(claim_id)],
             "prediction": prediction, "measurement": measurement, "value": float(value),
             "ci_lo": float(ci_lo), "ci_hi": float(ci_hi), "verdict": verdict, "reason": reason, "domain": domain,
-            "fragile": fragile, "scope": scope}
+            "fragile": fragile, "scope": scope, "flow_value": math.nan, "flow_lo": math.nan, "flow_hi": math.nan,
+            "against": None}
+
+
+def base_id(claim_id: str) -> str:
+    """The paper's claim id of a row's: `ldl.unseen_functions.ext` (the claim judged on a model that
+    is not the paper's, an extension) is `ldl.unseen_functions`."""
+    return claim_id[:-len(EXT)] if claim_id.endswith(EXT) else claim_id
 
 
 def table(experiment: str, rows: list[dict]) -> pd.DataFrame:
     """The verdict rows of one experiment as results/<exp>/verdicts.parquet holds them."""
-    return pd.DataFrame([{"experiment": experiment, **r} for r in rows], columns=COLUMNS)
+    out = pd.DataFrame([{"experiment": experiment, **r} for r in rows], columns=COLUMNS)
+    return out.astype({"against": "string"})
 
 
 def fmt(x, nd: int = 3) -> str:

@@ -10,8 +10,8 @@
 - `exclude` (icl.fits', as the fits read it too): runs that diverged, ended above their
   initial loss, or memorised their training prompts are left out and counted in the measurement.
 - `robust`: a verdict's robustness is data — the claim is re-judged under the other reasonable
-  analysis choices (L* halved or doubled, the band ± half its width) and the `fragile` column
-  lists those that flip it.
+  analysis choices (L* halved or doubled, the band ± half its width, moved at the edge nearest the
+  measurement: `Band.edges`) and the `fragile` column lists those that flip it.
 - `boot`: the percentile bootstrap the intervals of continuous measurements come from
   (icl.stats); `share`: a share of runs gets its exact binomial (Clopper–Pearson) interval, and
   an integer count is judged as the share of runs that show the predicted count, never by
@@ -49,9 +49,26 @@ class Band:
     ceil: float = math.inf
     source: str = ""
 
-    def edges(self, scale: float = 1.0) -> tuple[float, float]:
+    def edges(self, scale: float = 1.0, at: float | None = None) -> tuple[float, float]:
         """The band's edges with its width scaled by `scale` about its centre (one-sided bands:
-        the tolerance scaled), clipped to the natural bounds."""
+        the tolerance scaled), clipped to the natural bounds. With `at` (the measurement), only the
+        edge nearest it moves (as far as scaling about the centre moves it), the one a verdict can
+        cross, and never an edge that is a natural bound: [0.9, 1] for a share half as wide is
+        [0.95, 1], and a band the measurement lies above is tested at its upper edge, the lower
+        one left where it is, so no version of the band is out of every measurement's reach."""
+        a0, b0 = self._edges(1.0)
+        if at is None or scale == 1.0 or not np.isfinite(at):
+            return self._edges(scale)
+        if not (math.isfinite(a0) and math.isfinite(b0)) or b0 <= a0:
+            return self._edges(scale)
+        movable = {"lo": a0 != self.floor, "hi": b0 != self.ceil}
+        if not any(movable.values()):
+            return self._edges(scale)
+        side = min((k for k, m in movable.items() if m), key=lambda k: abs((a0 if k == "lo" else b0) - at))
+        a_s, b_s = self._edges(scale)               # the near edge moves as scaling about the centre moves it
+        return (a_s, b0) if side == "lo" else (a0, b_s)
+
+    def _edges(self, scale: float) -> tuple[float, float]:
         if math.isfinite(self.lo) and math.isfinite(self.hi):
             mid, half = (self.lo + self.hi) / 2, (self.hi - self.lo) / 2 + self.tol
             a, b = mid - scale * half, mid + scale * half
@@ -59,8 +76,8 @@ class Band:
             a, b = self.lo - scale * self.tol, self.hi + scale * self.tol
         return max(a, self.floor), min(b, self.ceil)
 
-    def text(self, scale: float = 1.0, nd: int = 3) -> str:
-        a, b = self.edges(scale)
+    def text(self, scale: float = 1.0, nd: int = 3, at: float | None = None) -> str:
+        a, b = self.edges(scale, at)
         if not math.isfinite(b):
             return f"≥ {fmt(a, nd)}"
         if not math.isfinite(a):
@@ -94,14 +111,15 @@ def judge(lo: float, hi: float, band: Band, choices: Choices = DEFAULT, what: st
     if math.isclose(lo, hi, rel_tol=1e-9, abs_tol=1e-12):      # every resample alike (up to float rounding)
         return UNSURE, (f"{what}'s interval [{fmt(lo)}, {fmt(hi)}] has zero width: every resample gave the same "
                         f"value, which measures no spread between runs, so it decides nothing")
-    a, b = band.edges(choices.band)
+    at = (lo + hi) / 2                   # a band's width is varied at the edge nearest the measurement
+    a, b = band.edges(choices.band, at)
     inside = f"[{fmt(lo)}, {fmt(hi)}]"
     if a <= lo and hi <= b:
         return HOLDS, ""
     if hi < a or lo > b:
-        return FAILS, f"{what}'s interval {inside} lies outside the band {band.text(choices.band)}"
+        return FAILS, f"{what}'s interval {inside} lies outside the band {band.text(choices.band, at=at)}"
     return UNSURE, (f"{what}'s interval {inside} (width {fmt(hi - lo)}) overlaps the band "
-                    f"{band.text(choices.band)} without lying inside it")
+                    f"{band.text(choices.band, at=at)} without lying inside it")
 
 
 def boot(values, stat=np.median, clusters=None, seed: int = 0, min_units: int = 3) -> tuple[float, float]:

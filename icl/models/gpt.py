@@ -255,7 +255,7 @@ class GPT(Model):
                 raise ValueError(f"a prompt of {S} tokens is longer than the positional table "
                                  f"({p['wpe'].shape[1]} positions: the model's `positions` setting)")
             h = h + p["wpe"][:, None, :S]
-        rows = torch.arange(0, S, 2, device=z.device) if every else torch.tensor([S - 1], device=z.device)
+        rows = torch.arange(0, S, 2, device=z.device) if every else torch.arange(S - 1, S, device=z.device)
         layers = zip(*(p[k].unbind(1) for k in ("ln1_g", "ln1_b", "attn_w", "attn_b", "proj_w", "proj_b",
                                                   "ln2_g", "ln2_b", "fc_w", "fc_b", "fc_proj_w", "fc_proj_b")))
         seen = []

@@ -155,7 +155,7 @@ def claim_counts(verdicts: pd.DataFrame, robustness: dict | None = None) -> list
     for cid, g in rows.groupby("claim_id", sort=False):
         vc = g["verdict"].value_counts()
         rb = (robustness or {}).get(cid, {})
-        out.append({"claim_id": cid, "claim": claims.CLAIMS.get(cid, ""), "n": len(g),
+        out.append({"claim_id": cid, "claim": claims.CLAIMS.get(claims.base_id(cid), ""), "n": len(g),
                     "counts": [(v, int(vc.get(v, 0))) for v in claims.VERDICTS],
                     "fragile": rb.get("text", ""), "header": rb.get("header", "")})
     return out
@@ -223,10 +223,21 @@ def failing_claims(verdicts: pd.DataFrame) -> list[str]:
             every = [setting_of(x)[0] for x in m["group"]]
             parts.append(f"for {model} in {share} ({_where(bad, every)})")
         why, _ = _commonest(fails["reason"])
-        claim = claims.CLAIMS.get(cid, "")
+        claim = claims.CLAIMS.get(claims.base_id(cid), "")
+        split = against_text(fails)
         out.append(f"{cid} ({_first_sentence(claim, 120)}) does not hold " + "; ".join(parts)
-                   + (f": {why}" if why else ""))
+                   + (f" ({split})" if split else "") + (f": {why}" if why else ""))
     return out
+
+
+def against_text(verdicts: pd.DataFrame) -> str:
+    """Who the "does not hold" rows are against, where the theory's own dynamics were measured too
+    (icl.claims.ldl.flow): 'against: theorem in 18, against: dynamics in 1' (per-setting rows), or ''."""
+    rows = verdicts[(verdicts["scope"] != "run") if "scope" in verdicts else slice(None)]
+    if "against" not in rows:
+        return ""
+    n = rows.loc[rows["verdict"] == claims.FAILS, "against"].dropna().astype(str).value_counts()
+    return ", ".join(f"against: {a} in {int(n[a])}" for a in claims.AGAINST if n.get(a, 0))
 
 
 def undecided(verdicts: pd.DataFrame) -> str:
@@ -307,7 +318,7 @@ def verdict_grid(verdicts: pd.DataFrame) -> dict:
                               "aspect": v["_aspect"], "title": title,
                               "fragile": bool(isinstance(v.get("fragile"), str) and v.get("fragile"))})
             cells.append(marks)
-        out.append({"model": str(model), "claim_id": cid, "claim": claims.CLAIMS.get(cid, ""), "cells": cells})
+        out.append({"model": str(model), "claim_id": cid, "claim": claims.CLAIMS.get(claims.base_id(cid), ""), "cells": cells})
     return {"settings": settings, "rows": _fold_untestable(out), "several": len({r["model"] for r in out}) > 1}
 
 

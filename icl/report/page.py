@@ -505,6 +505,7 @@ def index_entry(name: str, description: str, results_dir: str) -> dict:
             said = json.load(fh)
     return {"name": name, "description": description, "runs": len(summary), "counts": counts, "per_run": per_run,
             "learning": said.get("learning", ""), "finding": said.get("finding", ""),
+            "against": report_headline.against_text(verdicts),
             "train_seconds": float(summary["train_seconds"].sum()),
             "devices": ", ".join(sorted(set(summary["device"].astype(str)))), "thumbnail": thumb}
 

@@ -231,3 +231,69 @@ def mean_field_curve_counts(V: np.ndarray, counts: np.ndarray, query: np.ndarray
         out.append(loss)
         S = S - eta * G @ grad @ G
     return np.asarray(out)
+
+
+TINY = 1e-300    # a prompt's summed attention weights below this are recomputed in log space
+
+
+def count_flows(G: np.ndarray, D: np.ndarray, counts: np.ndarray, query: np.ndarray, weight: np.ndarray,
+                eta: np.ndarray, epochs: int, width: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """`mean_field_curve_counts` for R flows at once, float64 (torch, a leading run axis): G (R, K, K)
+    the features' Gram matrices, D (R, K, K, K) the label differences' covariances (`diff_cov`),
+    counts (R, P, K) and query (R, P) each prompt's context counts and query feature, weight (R, P)
+    each prompt's share of the loss (1/P for a run's own prompts; p_k for the K prompts of the
+    balanced counts p, query k: `population_loss_and_grad`), eta (R,) the steps.
+    Returns the loss and the own attention (the prompts' mean mass on their query's feature), both
+    (R, epochs + 1). One Python loop over epochs for all flows, where the per-run loop's K x K numpy
+    operations cost more than its sums.
+
+    The prompts are sorted by run and query and cut into blocks of `width` (the last of each padded
+    with weight 0): a block's prompts share one column of scores S[:, k] and one D^{(k)}, so a step is
+    a batched K x K product and sums, with no gather per prompt. As softmax_q's count form trains,
+    exp is taken of the K x K scores, not per prompt (weights: counts times the query's column),
+    in log space where a prompt's weights underflow."""
+    import torch
+    f64 = torch.float64
+    counts = np.asarray(counts, float)
+    R, P, K = counts.shape
+    group = (np.arange(R)[:, None] * K + np.asarray(query, np.int64)).ravel()   # (run, query) of each prompt
+    order = np.argsort(group, kind="stable")
+    g = group[order]
+    size = np.bincount(g, minlength=R * K)
+    nsub = -(-size // width)                                                     # blocks of each (run, query)
+    pos = np.arange(R * P) - (np.cumsum(size) - size)[g]
+    block, slot = (np.cumsum(nsub) - nsub)[g] + pos // width, pos % width
+    bg = np.repeat(np.arange(R * K), nsub)                                        # each block's (run, query)
+    n, w = np.ones((len(bg), width, K)), np.zeros((len(bg), width))              # padding: counts 1, weight 0
+    n[block, slot] = counts.reshape(R * P, K)[order]
+    w[block, slot] = np.asarray(weight, float).ravel()[order]
+    own_w = np.zeros((len(bg), width))
+    own_w[block, slot] = 1.0 / P
+    n = torch.as_tensor(n).transpose(1, 2).contiguous()                          # [block, feature, slot]
+    log_n = torch.log(n)
+    w, own_w = torch.as_tensor(w), torch.as_tensor(own_w)
+    bg = torch.as_tensor(bg)
+    br, bk = bg // K, bg % K
+    Db = torch.as_tensor(np.asarray(D, float))[br, bk]                           # D^{(k)} of the block's run
+    is_q = torch.nn.functional.one_hot(bk, K).to(f64).unsqueeze(-1)              # [block, feature, 1]: its query
+    G = torch.as_tensor(np.asarray(G, float))
+    et = torch.as_tensor(np.asarray(eta, float)).reshape(R, 1, 1)
+    loss = torch.empty(R, epochs + 1, dtype=f64)
+    own = torch.empty(R, epochs + 1, dtype=f64)
+    S = torch.zeros(R, K, K, dtype=f64)                                           # [run, n, k]
+    for t in range(epochs + 1):
+        e = torch.exp(S - S.amax(1, keepdim=True))[br, :, bk].unsqueeze(-1) * n   # n_n e^{S[n, k]}
+        total = e.sum(1, keepdim=True)
+        if bool((total < TINY).any()):
+            z = S[br, :, bk].unsqueeze(-1) + log_n
+            e = torch.exp(z - z.amax(1, keepdim=True))
+            total = e.sum(1, keepdim=True)
+        A = e / total                                                             # [block, n, slot]
+        Da = torch.bmm(Db, A)                                                     # (D^{(k)} a)_n
+        quad = (A * Da).sum(1)
+        loss[:, t] = 0.5 * torch.zeros(R, dtype=f64).index_add_(0, br, (w * quad).sum(1))
+        own[:, t] = torch.zeros(R, dtype=f64).index_add_(0, br, ((A * is_q).sum(1) * own_w).sum(1))
+        gb = (A * (Da - quad.unsqueeze(1)) * w.unsqueeze(1)).sum(2)              # ∂L/∂S[n, k], by block
+        grad = torch.zeros(R * K, K, dtype=f64).index_add_(0, bg, gb).reshape(R, K, K).transpose(1, 2)
+        S = S - et * torch.bmm(torch.bmm(G, grad), G)
+    return loss.numpy(), own.numpy()

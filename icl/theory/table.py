@@ -2,6 +2,14 @@
 reports and notebooks compare like with like (one row per run_id, as the measured tables)."""
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
+import os
+import zipfile
+from pathlib import Path
+from typing import NamedTuple
+
 import numpy as np
 
 from icl.data import covariance, feature_probs, features
@@ -131,12 +139,15 @@ def train_counts(spec: dict) -> tuple[np.ndarray, np.ndarray]:
     return counts, feat[:, -1]
 
 
-def mean_field_rows(plan_runs: list[dict], mean_field: frozenset) -> pd.DataFrame:
+def mean_field_rows(plan_runs: list[dict], mean_field: frozenset, store: str | None = None) -> pd.DataFrame:
     """LDL mean-field loss and own-attention for softmax_q runs on discrete tokens with GD, and the
     same flow on each run's own training prompts' feature counts (`mean_field_loss_sampled`, beside
-    the balanced |V_k| = p_k N: the approximation's measured bias, which ldl.mean_field's band reads)."""
+    the balanced |V_k| = p_k N: the approximation's measured bias, which ldl.mean_field's band reads).
+    Each distinct flow is integrated once (`flow_curves`): seeds whose features do not depend on the
+    seed share the balanced flow, runs with the same prompts' counts, task and step the sampled one;
+    `store`: flow_curves' file of flows integrated before."""
     import pandas as pd   # here, not at the top: training jobs import lsa_optimum and never a table
-    parts, memo = [], {}
+    flows, runs, drawn = {}, [], {}
     for r in plan_runs:
         s = r["spec"]
         tok, task, model = s["tokens"], s["task"], s["model"]
@@ -147,23 +158,109 @@ def mean_field_rows(plan_runs: list[dict], mean_field: frozenset) -> pd.DataFram
         if C is None:   # no closed-form label covariance for this task family: no curve
             continue
         p = feature_probs(tok)
-        ep = np.asarray(log_epochs(s["train"]["epochs"], s["train"]["log_every"]))
-        # seeds share the curve when the features do not depend on the seed (orthogonal features)
-        key = (V.tobytes(), p.tobytes(), C.tobytes(), model["lr"], s["train"]["epochs"], ep.tobytes())
-        if key not in memo:
-            loss, attn = ldl.mean_field_curve_cov(V, p, C, model["lr"], s["train"]["epochs"])
-            memo[key] = (loss, np.array([np.mean(np.diag(a)) for a in attn[ep]]))
-        loss, own = memo[key]
-        counts, query = train_counts(s)
-        skey = (counts.tobytes(), query.tobytes(), V.tobytes(), C.tobytes(), model["lr"], s["train"]["epochs"])
-        if skey not in memo:
-            memo[skey] = ldl.mean_field_curve_counts(V, counts, query, C, model["lr"], s["train"]["epochs"])
-        sampled = memo[skey]
-        parts.append(pd.DataFrame({"run_id": r["run_id"], "epoch": np.tile(ep, 3),
-                                   "metric": np.repeat(["mean_field_loss", "mean_field_attn_own",
-                                                        "mean_field_loss_sampled"], len(ep)),
-                                   "value": np.concatenate([loss[ep], own, sampled[ep]])}))
-    if not parts:
+        eta, epochs, K = model["lr"], s["train"]["epochs"], len(p)
+        ep = np.asarray(log_epochs(epochs, s["train"]["log_every"]))
+        data_key = (s["seed"], json.dumps(tok, sort_keys=True), s["prompts"]["N"], s["prompts"]["train"])
+        if data_key not in drawn:     # the prompts' features are drawn before their labels: one draw for every task
+            drawn[data_key] = train_counts(s)
+        counts, query = drawn[data_key]
+        task_key = (V.shape, V.tobytes(), C.tobytes(), eta, epochs)
+        balanced = ("balanced", p.tobytes()) + task_key
+        sampled = ("sampled", counts.shape, counts.tobytes(), query.tobytes()) + task_key
+        if balanced not in flows:      # the balanced counts as K prompts, query k, weighted p_k
+            flows[balanced] = Flow(V, C, np.tile(p, (K, 1)), np.arange(K), p, eta, epochs)
+        if sampled not in flows:
+            flows[sampled] = Flow(V, C, counts, query, np.full(len(query), 1.0 / len(query)), eta, epochs)
+        runs.append((r["run_id"], ep, balanced, sampled))
+    curves = flow_curves(flows, store)
+    if not runs:
         return pd.DataFrame({"run_id": pd.Series(dtype="string"), "epoch": pd.Series(dtype="int64"),
                              "metric": pd.Series(dtype="string"), "value": pd.Series(dtype="float64")})
-    return pd.concat(parts, ignore_index=True)
+    names = np.array(["mean_field_loss", "mean_field_attn_own", "mean_field_loss_sampled"])
+    cols = {"run_id": [], "epoch": [], "metric": [], "value": []}
+    for run_id, ep, balanced, sampled in runs:
+        (loss, own), smp = curves[balanced], curves[sampled][0]
+        cols["run_id"].append(np.repeat(run_id, 3 * len(ep)))
+        cols["epoch"].append(np.tile(ep, 3))
+        cols["metric"].append(np.repeat(names, len(ep)))
+        cols["value"].append(np.concatenate([loss[ep], own[ep], smp[ep]]))
+    return pd.DataFrame({k: np.concatenate(v) for k, v in cols.items()})
+
+
+class Flow(NamedTuple):
+    """One mean-field flow's inputs: features V (K, d), label covariance C (K, K), prompts' counts
+    (P, K), their queries (P,) and shares of the loss (P,), the step and the number of epochs."""
+    V: np.ndarray
+    C: np.ndarray
+    counts: np.ndarray
+    query: np.ndarray
+    weight: np.ndarray
+    eta: float
+    epochs: int
+
+
+FLOW_CHUNK = 1 << 18   # runs x K² x prompts per call of ldl.count_flows: ~60 runs of 300 prompts at K = 4, whose
+                       # arrays stay in cache (1.3-1.8x faster than all 720 runs of benchmarks/pipeline.py at once)
+
+
+def flow_curves(flows: dict, store: str | None = None) -> dict:
+    """{key: (loss, own attention)} over epochs 0..epochs of every flow (ldl.count_flows): flows of one
+    K, number of prompts and epochs are integrated together, in chunks of FLOW_CHUNK. With `store`
+    (an .npz), the flows it holds under the same inputs and integrator are read, not integrated
+    again, and it is rewritten with this call's flows: a plan that gains runs integrates only theirs."""
+    names = {key: flow_key(f) for key, f in flows.items()} if store else {}
+    known = read_flows(store) if store and os.path.exists(store) else {}
+    out = {key: known[h] for key, h in names.items() if h in known}
+    groups: dict = {}
+    for key, f in flows.items():
+        if key not in out:
+            groups.setdefault((len(f.V), len(f.query), f.epochs), []).append(key)
+    for (K, P, epochs), keys in groups.items():
+        step = max(1, FLOW_CHUNK // (K * K * P))
+        for i in range(0, len(keys), step):
+            fs = [flows[k] for k in keys[i:i + step]]
+            loss, own = ldl.count_flows(np.stack([f.V @ f.V.T for f in fs]), np.stack([ldl.diff_cov(f.C) for f in fs]),
+                                        np.stack([f.counts for f in fs]), np.stack([f.query for f in fs]),
+                                        np.stack([f.weight for f in fs]), np.array([f.eta for f in fs], float), epochs)
+            out.update(zip(keys[i:i + step], zip(loss, own)))
+    if store and flows:
+        write_flows(store, {names[key]: out[key] for key in flows})
+    return out
+
+
+def flow_key(f: Flow) -> str:
+    """A flow's name in a store: a hash of its inputs and of the integrator's source (ldl.py), so a
+    changed input or a changed flow is integrated anew."""
+    h = hashlib.sha256(_integrator())
+    for a in (f.V, f.C, f.counts, f.query, f.weight):
+        a = np.ascontiguousarray(a)
+        h.update(repr((a.shape, a.dtype.str)).encode())
+        h.update(a.tobytes())
+    h.update(repr((float(f.eta), int(f.epochs))).encode())
+    return h.hexdigest()[:32]
+
+
+@functools.cache
+def _integrator() -> bytes:
+    return Path(ldl.__file__).read_bytes()
+
+
+def read_flows(path: str) -> dict:
+    """{name: (loss, own)} from a store written by write_flows; none from a file it cannot read (a
+    cache: the flows are integrated anew)."""
+    try:
+        with np.load(path) as z:
+            names, ends, loss, own = z["names"], z["ends"], z["loss"], z["own"]
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+        return {}
+    starts = np.r_[0, ends[:-1]]
+    return {str(n): (loss[a:b], own[a:b]) for n, a, b in zip(names, starts, ends)}
+
+
+def write_flows(path: str, curves: dict) -> None:
+    """The flows' curves, concatenated (one file, whatever the number of flows)."""
+    from icl.files import atomic_path
+    lengths = [len(loss) for loss, _ in curves.values()]
+    with atomic_path(path) as tmp:
+        np.savez(tmp, names=np.array(list(curves), dtype=str), ends=np.cumsum(lengths, dtype=np.int64),
+                 loss=np.concatenate([c[0] for c in curves.values()]), own=np.concatenate([c[1] for c in curves.values()]))

@@ -20,13 +20,17 @@ re-runs it under the other choices and fills `fragile`. Conventions that hold th
 
 One module per section of claims: `setting` (the Setting and the shared thresholds),
 `identities` (what decides a claim without the data, the theorems' domain), `attention`,
-`time_scales`, `phases`, `stability`, `unseen`, `mean_field_flow`; this module calls them all.
+`time_scales`, `phases`, `stability`, `unseen`, `mean_field_flow`, and `flow` (each dynamics
+claim measured the same way on LDL's own mean-field flow: the third column); this module calls them all.
 """
 from __future__ import annotations
 
-from icl.claims import CLAIMS, NOT_TESTABLE
-from icl.claims.judge import by_setting, exclude, robust, settings
+import math
+
+from icl.claims import CLAIMS, NOT_TESTABLE, base_id
+from icl.claims.judge import by_setting, exclude, join, robust, settings
 from icl.claims.ldl.attention import attention_to_one, offdiag_logits, own_logit_monotone
+from icl.claims.ldl.flow import with_flow
 from icl.claims.ldl.identities import domain, regimes, scale_identity  # noqa: F401  (for the analysis and the tests)
 from icl.claims.ldl.mean_field_flow import mean_field
 from icl.claims.ldl.phases import phase_boundary, phases_claim, transition_at_Lstar
@@ -66,14 +70,16 @@ def verdicts(tabs: dict, model: str) -> list[dict]:
             continue
         sL, why = inside_eq4(s)           # the L-claims read the runs inside Eq. 4's domain
         rows += [*robust(attention_to_one, s, uses=("band",)), *robust(offdiag_logits, s, uses=("band",)),
-                 *robust(own_logit_monotone, s, uses=("band",)), *robust(time_vs_eps, s),
+                 *robust(own_logit_monotone, s, uses=("band",)), *with_flow(robust(time_vs_eps, s), time_vs_eps, s),
                  *robust(unseen_functions, s, uses=("band",)), *robust(mean_field, s, uses=("band",))]
         if sL is None:
             rows += [s.row(cid, NOT_TESTABLE, prediction="—", measurement="—",
                            reason=f"every run of this setting is outside Eq. 4's domain: {why}") for cid in L_CLAIMS]
         else:
-            rows += [*robust(phases_claim, sL), *robust(transition_at_Lstar, sL), *robust(time_vs_L, sL),
-                     *robust(phase_one, sL, uses=("band",))]
+            rows += [*with_flow(robust(phases_claim, sL), phases_claim, sL),
+                     *with_flow(robust(transition_at_Lstar, sL), transition_at_Lstar, sL),
+                     *with_flow(robust(time_vs_L, sL), time_vs_L, sL),
+                     *with_flow(robust(phase_one, sL, uses=("band",)), phase_one, sL)]
     for axis in ("delta", "N"):          # L* = 1/(Δδ): the phase boundary against Δ and N, where swept
         if axis in cols:
             for lab, g in by_setting(df, [c for c in cols if c != axis]):
@@ -83,5 +89,40 @@ def verdicts(tabs: dict, model: str) -> list[dict]:
                     measurement="—", reason=f"every run of this setting is outside Eq. 4's domain: {why}")]
     for lab, g in by_setting(df, [c for c in cols if c != "lr"]):      # the learning rate is step size's axis
         rows += robust(step_size, setting(lab, g, left_out=False), uses=("band",))
+    rows = once(rows, df, cols)
     order = {c: i for i, c in enumerate(CLAIMS)}
-    return sorted(rows, key=lambda r: order[r["claim_id"]])
+    return sorted(rows, key=lambda r: order[base_id(r["claim_id"])])
+
+
+def once(rows: list[dict], df, cols: list[str]) -> list[dict]:
+    """Rows an identity makes equal to another reported once: under the scale identity (GD at
+    (η, L) is GD at (ηL², 1)) the per-L mean-field rows of two step sizes with one ηL² (the same
+    seeds and other settings) are one measurement; the later reads not testable, pointing at the
+    first, and its per-run rows are dropped."""
+    if "lr" not in cols or not scale_identity(df) or not (df["optimizer"] == "gd").all():
+        return rows
+    first, dup = {}, {}
+    rest = [c for c in cols if c != "lr"]
+    for lab, g in by_setting(df, cols):
+        for L, gL in g.groupby("L", sort=True):
+            key = (tuple(str(gL.iloc[0][c]) for c in rest), f"{float(gL['lr'].iloc[0]) * float(L) ** 2:.6g}",
+                   tuple(sorted(gL["seed"].tolist())))
+            group = join(lab, f"L={L:g}")
+            if key in first:
+                dup[group] = (first[key], key[1])
+            else:
+                first[key] = group
+    out = []
+    for r in rows:
+        if base_id(r["claim_id"]) != "ldl.mean_field" or not dup:
+            out.append(r)
+            continue
+        if r["scope"] == "run" and any(r["group"].startswith(g + "; ") for g in dup):
+            continue
+        if r["scope"] == "setting" and r["group"] in dup:
+            to, c = dup[r["group"]]
+            r = {**r, "verdict": NOT_TESTABLE, "ci_lo": math.nan, "ci_hi": math.nan, "fragile": "", "against": None,
+                 "reason": f"the same dynamics as the row '{to}' by the scale identity (GD at (η, L) is GD at (ηL², 1); "
+                           f"ηL² = {c} in both): reported once, there"}
+        out.append(r)
+    return out

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from icl.claims import NOT_TESTABLE, UNSURE, fmt, verdict
-from icl.claims.judge import Band, Choices, DEFAULT, boot_median, join, judge
+from icl.claims.judge import Band, Choices, DEFAULT, boot_median, join, judge, too_few_seeds
 from icl.claims.ldl.setting import MEAN_FIELD_DECADES, MEAN_FIELD_SPREAD, MEAN_FIELD_STEP, Setting
 
 
@@ -29,7 +29,7 @@ def mean_field(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     seeds, within a band built from the approximation's own measured bias — the flow on each run's
     sampled feature counts beside the balanced one (|V_k| = p_k N), their median log ratio over the
     window, the band spanning 0 and every run's — widened by ± 2 seed-to-seed standard deviations of
-    log loss (the spread between training sets); plus one row per run (scope `run`: its log ratio's
+    log loss (the spread between training sets), judged on at least 5 seeds; plus one row per run (scope `run`: its log ratio's
     interquartile range over training against the same band). A claim about the shape of the
     dynamics needs dynamics in its window: where the runs' loss fell by less than a decade over
     the logged epochs it reads not testable. Applies only where one GD step is within the
@@ -116,6 +116,8 @@ def _mean_field_at(s: Setting, choices: Choices) -> list[dict]:
     else:
         lo, hi = boot_median(vals.to_numpy())
         v, why = judge(lo, hi, band, choices, "the median log ratio")
+        if (few := too_few_seeds(df.loc[df["run_id"].isin(vals.index), "seed"].nunique())):
+            v, why, lo, hi = UNSURE, few, math.nan, math.nan      # a statistic over seeds: at least five
         a, b = band.edges(choices.band)
         within = float(((vals >= a) & (vals <= b)).mean())
         rows.append(s.row(cid, v, prediction=pred, value=float(vals.median()), ci_lo=lo, ci_hi=hi, reason=why,

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from icl import fits
-from icl.claims import NOT_TESTABLE, UNSURE, verdict
+from icl.claims import EXT, NOT_TESTABLE, UNSURE, verdict
 from icl.claims.judge import Band, join
-from icl.claims.ldl.identities import domain, eq4_outside, eq4_text
+from icl.claims.ldl.identities import _of, domain, eq4_outside, eq4_text
 from icl.claims.learned import Gate, below, gate
 
 
@@ -39,12 +39,17 @@ class Setting:
     curves: pd.DataFrame = field(default_factory=pd.DataFrame)          # train_loss rows of these runs
     theory_curves: pd.DataFrame = field(default_factory=pd.DataFrame)
     domain_note: str = ""      # a broken assumption of runs left out of `runs` (Eq. 4, for the L-claims)
+    flows: dict = field(default_factory=dict, repr=False)   # icl.claims.ldl.flow's readings, made once per setting
 
     def row(self, cid: str, v: str, *, group: str = "", measurement: str = "", **kw) -> dict:
         """A verdict row of this setting: its label joined to the claim's own group, the runs
-        left out counted in the measurement, the broken assumptions in `domain`."""
+        left out counted in the measurement, the broken assumptions in `domain` (at the accuracy
+        the claims read, ε = 0.1, unless the claim gives its own), and the claim id marked an
+        extension (`ldl.X.ext`) where the model is not LDL's (a kind without its mean-field limit)."""
         meas = "; ".join(p for p in (measurement, self.left_out) if p)
-        kw["domain"] = join(kw["domain"] if "domain" in kw else domain(self.runs), self.domain_note)
+        kw["domain"] = join(kw["domain"] if "domain" in kw else domain(self.runs, ATTN_TOL), self.domain_note)
+        if not self.runs.empty and not _of(self.runs, "mean_field"):
+            cid += EXT
         return verdict(cid, v, model=self.model, group=join(self.label, group), measurement=meas or "—", **kw)
 
 
@@ -88,6 +93,18 @@ def learning(df: pd.DataFrame, extra=()) -> Gate:
     if "loss" in df and df["loss"].astype(str).eq("all").any():
         what = "(at the query, not the mean over every x position it trained on) final train loss"
     return gate(df, [below(col, "uniform_train_loss", what)], extra)
+
+
+def dynamics_runs(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The runs a claim about the dynamics' path reads (the logits' paths): those that trained
+    (icl.claims.learned's gate) and whose loss took at least RESOLUTION steps to cross 10⁻¹ of its
+    start (a path crossed in fewer is set by the step, not the dynamics); a sentence counts the rest."""
+    learned = learning(df)
+    kept = learned.kept
+    fast = ~fits.resolved(kept) if "t_rel_1e-1" in kept else pd.Series(False, index=kept.index)
+    note = join(learned.note, f"{int(fast.sum())} run(s) crossed 10⁻¹ of their initial loss within {RESOLUTION} "
+                              f"steps and are left out" if fast.any() else "")
+    return kept[~fast], note
 
 
 def converged(df: pd.DataFrame) -> pd.Series:

@@ -9,7 +9,8 @@ import pandas as pd
 from icl import fits
 from icl.claims import NOT_TESTABLE, UNSURE, fmt
 from icl.claims.judge import Band, Choices, DEFAULT, boot, join, judge, too_few_seeds
-from icl.claims.ldl.identities import approx_identity, domain, gap_readings, regimes, scale_identity, steps
+from icl.claims.ldl.identities import (approx_identity, design_fixed, domain, gap_readings, regimes, scale_identity,
+                                      steps)
 from icl.claims.ldl.setting import RESOLUTION, Setting, TIME_COLS, _empty, _not_gd
 from icl.stats import MIN_SEEDS
 
@@ -75,7 +76,8 @@ def time_vs_L(s: Setting, choices: Choices = DEFAULT, tcols=TIME_COLS) -> list[d
     ≥ 10× above them) — the band spans T with and without its log factor (the constant inside it
     is unknown) and with Eq. 4's unknown constant both at its small-LΔ value (the theorems' L²Δ²)
     and as the task has it (L²Δ² → each run's measured label gap², gap_L), widened by the slope's
-    timing resolution — once with ε read from the loss and once from attention. Runs whose step
+    timing resolution — once with ε read from the loss (ε² = the loss reached, or that over loss₀:
+    Lemma 1's L²Δ² prefactor inside the O, as loss₀ grows with L) and once from attention. Runs whose step
     follows the measured clock are not failed for the constant inside Θ; a slope outside both
     readings still fails."""
     cid = "ldl.time_vs_L"
@@ -107,6 +109,12 @@ def time_vs_L(s: Setting, choices: Choices = DEFAULT, tcols=TIME_COLS) -> list[d
                     f"{g['L'].nunique()} value(s) of L crossed {tcol} in this regime", note),
                     reason="fewer than two values of L reached this loss in this regime"))
                 continue
+            if (why := design_fixed(g, "the crossing time's slope against L")):
+                slope = fits._ols_slope(np.log(g["L"].to_numpy(float)), np.log(g[tcol].to_numpy(float)))
+                rows.append(s.row(cid, NOT_TESTABLE, group=group, prediction=pred, value=slope, reason=why,
+                                  measurement=join(f"slope in epochs {slope:.2f} over {len(g)} runs, "
+                                                   f"{g['L'].nunique()} values of L", note)))
+                continue
             if (why := approx_identity(g, "t_rel_1e-1" if "t_rel_1e-1" in g else tcol)):
                 rows.append(s.row(cid, NOT_TESTABLE, group=group, prediction=pred, reason=why, measurement=note or "—"))
                 continue
@@ -116,18 +124,29 @@ def time_vs_L(s: Setting, choices: Choices = DEFAULT, tcols=TIME_COLS) -> list[d
 
             def pred_of(reading, g=g, rg=rg, tcol=tcol, logL=logL, tol=tol):
                 eps = EPS_READINGS[reading](g, tcol)
+                # the loss reading: ε² = the loss, or the loss over loss₀ (Lemma 1's L²Δ² prefactor inside the O:
+                # loss₀ grows with L, so at one absolute threshold the larger L must reach a smaller share of it)
+                epss = {"": eps} if reading != "loss" else \
+                    {"ε² = the loss": eps, "ε² = the loss / loss₀": eps / np.sqrt(g["loss0"].to_numpy(float))}
                 ends = {}
                 for gap, gg in gap_readings(g).items():     # Eq. 4's constant: small-LΔ value, measured gap
-                    th = fits._ols_slope(logL, np.log(fits.theory_time(gg, [rg] * len(gg), eps)))
-                    power = fits._ols_slope(logL, -np.log(gg["lr"].to_numpy(float))       # at each run's η
-                                            - 2 * np.log(gg["L"].to_numpy(float))
-                                            - (np.log(eps) if rg == "sharp" else 0.0))
-                    ends[gap] = sorted((th, power))
-                a, b = min(e[0] for e in ends.values()), max(e[1] for e in ends.values())
-                (la, lb), (ga, gb) = ends["LΔ"], ends["gap"]
+                    for how, e in epss.items():
+                        th = fits._ols_slope(logL, np.log(fits.theory_time(gg, [rg] * len(gg), e)))
+                        power = fits._ols_slope(logL, -np.log(gg["lr"].to_numpy(float))       # at each run's η
+                                                - 2 * np.log(gg["L"].to_numpy(float))
+                                                - (np.log(e) if rg == "sharp" else 0.0))
+                        ends[gap, how] = sorted((th, power))
+                span = lambda keys: (min(ends[k][0] for k in keys), max(ends[k][1] for k in keys))   # noqa: E731
+                a, b = span(ends)
+                (la, lb), (ga, gb) = (span([k for k in ends if k[0] == gap]) for gap in ("LΔ", "gap"))
                 text = f"{a:.2f} to {b:.2f}"
                 if not (np.isclose(la, ga) and np.isclose(lb, gb)):
                     text += f" (with L²Δ² {la:.2f} to {lb:.2f}, with the measured label gap² {ga:.2f} to {gb:.2f})"
+                if len(epss) > 1:
+                    parts = [f"{how} {p:.2f} to {q:.2f}" for how in epss
+                             for p, q in [span([k for k in ends if k[1] == how])]]
+                    if not all(np.isclose(ends[k], ends[next(iter(ends))]).all() for k in ends):
+                        text += f" ({'; '.join(parts)})"
                 return Band(a, b, tol), text
 
             n_seeds = g["seed"].nunique()
@@ -228,6 +247,11 @@ def phase_one(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
                 f"{int(df['t_phase_one'].isna().sum())} run(s) never reached it" if df["t_phase_one"].isna().any() else "")
     if g["L"].nunique() < 2:
         return [_empty(s, cid, "fewer than two values of L reached the end of Phase I", pred)]
+    if (why := design_fixed(g, "the end of Phase I's slope against L")):
+        slope = fits._ols_slope(np.log(g["L"].to_numpy(float)), np.log(g["t_phase_one"].to_numpy(float)))
+        return [s.row(cid, NOT_TESTABLE, prediction=pred, value=slope, reason=why,
+                      measurement=join(f"slope in epochs {slope:.2f} over {len(g)} runs, {g['L'].nunique()} values of L",
+                                       note))]
     if (why := approx_identity(g, "t_phase_one")):
         return [s.row(cid, NOT_TESTABLE, prediction=pred, reason=why, measurement=note or "—")]
     slope, lo, hi, n, _ = fits.slope_with_bootstrap(g.astype({"L": float, "t_phase_one": float}), "t_phase_one")

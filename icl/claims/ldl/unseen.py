@@ -2,19 +2,21 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
 from icl.claims import FAILS, NOT_TESTABLE, fmt
-from icl.claims.judge import Band, Choices, DEFAULT, boot_median, judge, share
-from icl.claims.ldl.setting import GAIN_TOL, Setting, _empty, learning
+from icl.claims.judge import Band, Choices, DEFAULT, boot_median, join, judge, share
+from icl.claims.ldl.setting import CONVERGED, GAIN_TOL, Setting, _empty, converged, learning
 
 
 def unseen_functions(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """Prop. 1: accurate prediction on task functions never seen in training. Judged on the runs
-    that learned (icl.claims.learned: final train loss ≤ ½ of uniform attention's; the others are
-    counted and left out, and a setting with none reads not testable). The test loss is set against
+    that learned (icl.claims.learned: final train loss ≤ ½ of uniform attention's) and met
+    Prop. 1's precondition, a loss at the O(ε²) it assumes (final train loss ≤ 10⁻² of uniform
+    attention's); the others are counted and left out, and a setting with none reads not testable. The test loss is set against
     what needs no training on the same test prompts: the share of the achievable gain,
     (uniform − final)/(uniform − oracle), uniform attention (the mean of the context labels) against
     the feature oracle (the mean label of the context tokens sharing the query's feature). The
@@ -44,6 +46,14 @@ def unseen_functions(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     if learned.none:
         return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement=learned.note, reason=learned.none)]
     df = learned.kept
+    conv = converged(df)               # Prop. 1's precondition: the loss reached the O(ε²) it assumes
+    pre = (f"{int((~conv).sum())} of {len(df)} runs did not reach Prop. 1's precondition (final train loss ≤ "
+           f"{CONVERGED:g} of uniform attention's; theirs {_ratio(df[~conv])}) and are left out" if (~conv).any() else "")
+    if not conv.any():
+        return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement=join(pre, learned.note),
+                      reason=f"no run reached Proposition 1's precondition, a loss at the O(ε²) it assumes: {pre}")]
+    df = df[conv]
+    learned = replace(learned, note=join(pre, learned.note))
     uni, orc = df["uniform_test_loss"].astype(float), orc.reindex(df.index)
     fin = df["final_query_test_loss" if "final_query_test_loss" in df else "final_test_loss"].astype(float)
     share = ((uni - fin) / (uni - orc)).dropna().to_numpy()
@@ -64,3 +74,9 @@ def unseen_functions(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
             f"{fin.median():.3g} (medians)")
     return [s.row(cid, v, prediction=pred, value=med, ci_lo=lo, ci_hi=hi, reason=why,
                   measurement="; ".join(p for p in (meas, learned.note) if p))]
+
+
+def _ratio(df: pd.DataFrame) -> str:
+    """The runs' final train loss as a multiple of uniform attention's, as a range."""
+    r = (df["final_train_loss"].astype(float) / df["uniform_train_loss"].astype(float)).dropna()
+    return "—" if r.empty else (f"{r.min():.3g}×" if np.isclose(r.min(), r.max(), rtol=5e-3) else f"{r.min():.3g}–{r.max():.3g}×")

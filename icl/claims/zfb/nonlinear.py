@@ -87,8 +87,9 @@ def _lsa_pool(s: Setting) -> pd.DataFrame:
 def beyond_lsa(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """Every model kind whose prediction is not linear in the labels (not lsa, softmax_q), trained on
     random covariances and tested on new ones at c = 1, d ≤ M ≤ N: its error below the trained LSA's
-    of the same training data and test prompts (paired by N and seed); the geometric mean over M of
-    the ratio of mean errors, 95% interval from the test prompts' standard errors, against [0, 1]."""
+    of the same training data and test prompts (paired by N and seed); the inverse-variance weighted
+    geometric mean over M of the ratio of mean errors, 95% interval from the test prompts' standard
+    errors, against [0, 1]."""
     cid = "zfb.beyond_lsa"
     pred = "a nonlinear model's error below the LSA's on new random covariances (the LSA cannot adapt to Λ; ZFB §5: GPT-2 does)"
     if (s.cells["token_kind"] != "random_covariance").all():
@@ -106,7 +107,7 @@ def beyond_lsa(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     v, why = judge(lo, hi, band, choices, "the error ratio")
     if v == FAILS:
         why += f": the {s.kind} does not beat the LSA's limit"
-    meas = (f"{s.kind}/LSA error: geometric mean {fmt(g)} [{fmt(lo)}, {fmt(hi)}] over M = "
+    meas = (f"{s.kind}/LSA error: inverse-variance weighted geometric mean {fmt(g)} [{fmt(lo)}, {fmt(hi)}] over M = "
             f"{', '.join(f'{int(M)}: {fmt(float(x))}' for M, x in zip(per['M'], per['ratio']))} "
             f"({int(per['n'].max())} (N, seed) pairs; 95% interval from the test prompts' standard errors)")
     return [s.row(cid, v, prediction=pred, measurement=meas, reason=why, value=g, ci_lo=lo, ci_hi=hi)]
@@ -114,8 +115,8 @@ def beyond_lsa(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
 
 def gpt_in_distribution(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """GPT trained on a fixed covariance, in distribution, d ≤ M ≤ N, paired with the trained LSA
-    of the same data and with OLS on the same prompts: its error below the LSA's (geometric mean
-    over M of the ratio, against [0, 1]); and OLS-level: (GPT − OLS)/(LSA − OLS), inverse-variance
+    of the same data and with OLS on the same prompts: its error below the LSA's (inverse-variance
+    weighted geometric mean over M of the ratio, against [0, 1]); and OLS-level: (GPT − OLS)/(LSA − OLS), inverse-variance
     mean over M, within ±½ (nearer OLS than the trained LSA: the midpoint between the two
     references, measured on the same prompts). 95% intervals from the test prompts' standard errors."""
     cid = "zfb.gpt_in_distribution"
@@ -137,7 +138,7 @@ def gpt_in_distribution(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     band = Band(-math.inf, 1.0, floor=0.0, source="the order the claim states")
     v, why = judge(lo, hi, band, choices, "the GPT/LSA error ratio")
     rows.append(s.row(cid, v, group="below the LSA", prediction="GPT's error below the trained LSA's (d ≤ M ≤ N)",
-                      measurement=(f"GPT/LSA error: geometric mean {fmt(g)} [{fmt(lo)}, {fmt(hi)}] over M = "
+                      measurement=(f"GPT/LSA error: inverse-variance weighted geometric mean {fmt(g)} [{fmt(lo)}, {fmt(hi)}] over M = "
                                    f"{', '.join(f'{int(M)}: {fmt(float(x))}' for M, x in zip(per['M'], per['ratio']))} "
                                    f"({int(per['n'].max())} paired runs; 95% interval from the test prompts' standard errors)"),
                       reason=why, value=g, ci_lo=lo, ci_hi=hi))
