@@ -129,7 +129,7 @@ def cmd_analyse(args) -> None:
 
 
 def cmd_report(args) -> None:
-    from icl.report import render
+    from icl.report.page import render
     pl = read_plan(args.plan)
     render(pl["experiment"], pl["config"], args.results, args.out, processes=args.processes,
            benchmarks=args.benchmarks, paper=args.paper or None)
@@ -137,7 +137,7 @@ def cmd_report(args) -> None:
 
 
 def cmd_index(args) -> None:
-    from icl.report import render_index
+    from icl.report.page import render_index
     render_index(_json_arg("--experiments", args.experiments), args.results, args.out)
 
 

@@ -3,11 +3,11 @@ figure decodes, nothing is fetched from outside the file, the verdict tables are
 links to each report, and the first screen renders. Each check also runs on a broken copy of a
 report, so that a check which could never fail is caught.
 
-Chromium is Debian's (installed here with apt-get when missing); it is driven by the PyPI package
-playwright with executable_path=/usr/bin/chromium (pip-installed when missing; `playwright install`
-is never run). Skipped where either cannot be had."""
+Chromium is Debian's (installed with apt-get when missing); it is driven by the PyPI package
+playwright (the test extra `make setup` installs) with executable_path=/usr/bin/chromium;
+`playwright install` is never run. Both are found by benchmarks/report_pages.py, which measures
+real pages with the same browser. Skipped where either cannot be had."""
 import copy
-import os
 import shutil
 import struct
 import subprocess
@@ -18,69 +18,38 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
-CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+sys.path.insert(0, str(REPO / "benchmarks"))
+from report_pages import FLAGS  # noqa: E402  (one browser for the test and the benchmark)
+
 VIEWPORT = {"width": 1280, "height": 900}
 VERDICTS = ("holds", "does not hold", "inconclusive", "not testable")
 ALLOWED_SCHEMES = ("file:", "data:")
+MAX_PAGE_BYTES = 3_000_000          # a report is sent as one file: a few MB at most (issue 36.3)
 BROKEN_IMG = '<img alt="broken" src="data:image/png;base64,AAAA">'
 EXTERNAL_IMG = '<img alt="external" src="http://example.com/x.png">'
 
 
 # ---------------------------------------------------------------- browser and driver
 
-def _ensure_chromium():
-    if CHROMIUM.exists():
-        return
-    if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        pytest.skip(f"{CHROMIUM} is missing and installing it needs root")
-    if shutil.which("apt-get") is None:
-        pytest.skip(f"{CHROMIUM} is missing and there is no apt-get to install it")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]):
-        try:
-            res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            pytest.skip(f"{' '.join(cmd)} failed: {e}")
-        if res.returncode != 0:
-            pytest.skip(f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr[-500:]}")
-    if not CHROMIUM.exists():
-        pytest.skip(f"apt-get installed chromium but {CHROMIUM} is still missing")
-
-
-def _import_playwright():
+def _browser():
+    """The browser and its driver, found (or installed) as benchmarks/report_pages.py does; skipped
+    where either cannot be had."""
+    from report_pages import Unavailable, ensure_chromium, sync_playwright
     try:
-        from playwright.sync_api import sync_playwright
-        return sync_playwright
-    except ImportError:
-        pass
-    try:
-        res = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "playwright"],
-                             capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        pytest.skip(f"pip install playwright failed: {e}")
-    if res.returncode != 0:
-        pytest.skip(f"pip install playwright failed ({res.returncode}): {res.stderr[-500:]}")
-    import importlib
-    importlib.invalidate_caches()
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError as e:
-        pytest.skip(f"playwright installed but cannot be imported: {e}")
-    return sync_playwright
+        return ensure_chromium(), sync_playwright()
+    except Unavailable as e:
+        pytest.skip(str(e))
 
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
     """A Chromium context with a fresh profile; requests to the network are aborted (and recorded
     per page by `open_report`), so a stray URL fails fast instead of waiting on DNS."""
-    _ensure_chromium()
-    sync_playwright = _import_playwright()
+    chromium, sync_playwright = _browser()
     profile = tmp_path_factory.mktemp("chromium-profile")
     with sync_playwright() as p:
         ctx = p.chromium.launch_persistent_context(
-            str(profile), executable_path=str(CHROMIUM), headless=True, args=FLAGS,
+            str(profile), executable_path=str(chromium), headless=True, args=FLAGS,
             viewport=VIEWPORT)
         ctx.route(lambda url: not url.startswith(ALLOWED_SCHEMES), lambda route: route.abort())
         yield ctx
@@ -155,6 +124,12 @@ PAGE_STATE = """async () => {
     const h = Math.min(a.r.bottom, b.r.bottom) - Math.max(a.r.top, b.r.top);
     if (w > 1 && h > 1 && overlaps.length < 20) overlaps.push(`${name(a.e)} overlaps ${name(b.e)}`);
   }
+  // each figure's CSV as the reader's click unpacks it (the page's own csvText, DecompressionStream)
+  const csvs = [];
+  for (const a of document.querySelectorAll('a[data-gz]')) {
+    try { csvs.push({name: a.download, text: await csvText(a)}); }
+    catch (e) { csvs.push({name: a.download, error: String(e)}); }
+  }
   const headline = document.querySelector('.headline');
   const firstTable = [...document.querySelectorAll('table')].find(t => !t.closest('.headline'));
   return {
@@ -162,7 +137,8 @@ PAGE_STATE = """async () => {
     firstFigureTop: top(document.querySelector('figure img')), height: document.body.scrollHeight,
     images: [...document.images].map(i => ({alt: i.alt, src: i.currentSrc.slice(0, 60),
                                             complete: i.complete, w: i.naturalWidth, h: i.naturalHeight})),
-    verdictTables,
+    verdictTables, csvs,
+    pageWidth: document.documentElement.scrollWidth, viewWidth: document.documentElement.clientWidth,
     links: [...document.querySelectorAll('a[href]')].map(a => a.href),
     text: document.body.innerText,
   };
@@ -215,6 +191,45 @@ def verdict_problems(state) -> list:
     return problems
 
 
+def width_problems(state) -> list:
+    """Empty when the page does not scroll sideways (a wide table scrolls in its own box)."""
+    return [] if state["pageWidth"] <= state["viewWidth"] else \
+        [f"page scrolls sideways: {state['pageWidth']} px wide in a {state['viewWidth']} px window"]
+
+
+def csv_problems(state, html: str) -> list:
+    """Empty when every figure's embedded CSV unpacks in the browser to the whole table the page
+    holds (gzip read independently here) with the drawn rows' header."""
+    import base64
+    import csv
+    import gzip
+    import io
+    import re
+    packed = dict(re.findall(r'<a class="data" download="([^"]+)" href="#" data-gz="([^"]*)"', html))
+    found = [] if len(state["csvs"]) == len(packed) else [f"{len(state['csvs'])} CSV links, {len(packed)} in the file"]
+    for c in state["csvs"]:
+        if "error" in c:
+            found.append(f"CSV {c['name']} does not unpack in the browser: {c['error']}")
+            continue
+        try:
+            whole = gzip.decompress(base64.b64decode(packed[c["name"]])).decode()
+        except (OSError, EOFError, KeyError, ValueError) as e:
+            found.append(f"CSV {c['name']} is no gzip: {e}")
+            continue
+        if c["text"] != whole or not whole.startswith("panel,series,x,y"):
+            found.append(f"CSV {c['name']}: {len(c['text'])} characters in the browser, {len(whole)} packed")
+        rows = list(csv.reader(io.StringIO(whole)))
+        if not whole.endswith("\n") or any(len(r) != len(rows[0]) for r in rows):
+            found.append(f"CSV {c['name']} is cut short: its last row has {len(rows[-1])} of {len(rows[0])} fields")
+    return found
+
+
+def size_problems(path: Path) -> list:
+    """Empty when the page weighs at most MAX_PAGE_BYTES."""
+    size = path.stat().st_size
+    return [] if size <= MAX_PAGE_BYTES else [f"page weighs {size / 1e6:.1f} MB, over {MAX_PAGE_BYTES / 1e6:g} MB"]
+
+
 def missing_links(index_state, reports) -> list:
     return [p.name for p in reports if p.resolve().as_uri() not in index_state["links"]]
 
@@ -242,6 +257,7 @@ def check_all(ctx, reports_dir: Path, shots: Path) -> dict:
         found += [f"script error: {e}" for e in st["errors"]]
         found += png_problems(shot)
         found += st["overlaps"]
+        found += width_problems(st) + csv_problems(st, p.read_text()) + size_problems(p)
         if p.name == "index.html":
             found += [f"index does not link to {n}" for n in missing_links(st, experiments)]
         else:
@@ -344,6 +360,29 @@ def test_check_catches_overlapping_blocks(browser, broken_copy, tmp_path):
     assert any(" overlaps " in m and "figure" in m for m in problems["tiny.html"]), problems
     assert any(" overlaps " in m and "img.thumb" in m for m in problems["index.html"]), problems
     assert problems["z.html"] == []
+
+
+def test_check_catches_a_wide_page_a_broken_csv_and_a_heavy_page(browser, broken_copy, tmp_path):
+    """A table outside its scrolling box that makes the page scroll sideways, a figure's CSV that
+    no longer unpacks, one cut short, and a page over 3 MB are each named."""
+    dst, edit = broken_copy
+    edit("tiny.html", "<h2>Runs</h2>", '<table style="width:2600px"><tr><td>wide</td></tr></table><h2>Runs</h2>')
+    edit("tiny.html", 'data-gz="', 'data-gz="AAAA')
+    html = (dst / "z.html").read_text()
+    start = html.index('data-gz="') + len('data-gz="')
+    end = html.index('"', start)
+    import base64
+    import gzip
+    whole = gzip.decompress(base64.b64decode(html[start:end]))
+    cut = whole.rindex(b"\n", 0, len(whole) // 2) + 4                     # a few characters into a row
+    short = base64.b64encode(gzip.compress(whole[:cut], mtime=0)).decode()
+    (dst / "z.html").write_text(html[:start] + short + html[end:])
+    edit("index.html", "</body>", "<!--" + "x" * MAX_PAGE_BYTES + "--></body>")
+    problems = check_all(browser, dst, tmp_path / "shots")
+    assert any(m.startswith("page scrolls sideways") for m in problems["tiny.html"]), problems
+    assert any("does not unpack in the browser" in m for m in problems["tiny.html"]), problems
+    assert any(m.startswith("CSV ") and "is cut short" in m for m in problems["z.html"]), problems
+    assert any(m.startswith("page weighs") for m in problems["index.html"]), problems
 
 
 def test_check_catches_an_index_without_a_link(browser, broken_copy, tmp_path):

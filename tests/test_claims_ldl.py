@@ -701,7 +701,7 @@ def test_phase_claims_read_inconclusive_where_the_counter_is_blind(monkeypatch):
         assert rows and all(r["verdict"] == UNSURE and "does not tell flat from sharp" in r["reason"] for r in rows)
     block = df.assign(model_kind="transformer_block", optimizer="adam")
     assert all(r["verdict"] == UNSURE for r in C.phases_claim(setting(block)))
-    from icl.report_ldl import phase_note                # the LDL report says it, from the same table
+    from icl.report.ldl import phase_note                # the LDL report says it, from the same table
     note = phase_note({"runs": df[["run_id", "model_kind"]], "summary": df[["run_id", "n_phases"]]})
     assert "third phase is not visible in its own mean-field limit" in note and "softmax_q" in note
     monkeypatch.setattr(C.phases, "PHASE_COUNTER", {**REAL_COUNTER, "softmax_q": {"flat": 2, "sharp": 3}})
@@ -731,11 +731,11 @@ def test_eq4_is_flagged_where_the_label_gap_saturates_and_the_L_claims_leave_tho
 
 def test_the_report_says_which_claims_their_band_decides():
     """Issue 28 item 3: per claim, the share of its decided rows that are fragile, and a claim decided
-    mostly by its band says so in its header (icl.report.claim_robustness). Runs 7% above the
+    mostly by its band says so in its header (icl.report.page.claim_robustness). Runs 7% above the
     balanced curve, a sampled-count bias of 3% and seeds 1% apart: every L reads does not hold, and
     every one reads otherwise with the band half again as wide. attention_to_one on the same runs
     is decided by the data."""
-    from icl.report import claim_robustness
+    from icl.report.page import claim_robustness
     df = runs(Ls=(0.2, 0.3, 0.5), seeds=FIVE)
     cur, mf = mf_tables(df, np.exp(0.07), spread=0.01, bias=0.03)
     s = setting(df, curves=cur, theory_curves=mf)

@@ -706,5 +706,5 @@ def test_every_claim_docstring_states_its_rule():
 
 
 def test_report_zfb_keeps_figures_only():
-    src = (REPO / "icl" / "report_zfb.py").read_text()
-    assert "report_ldl" not in src and "def verdicts" not in src
+    src = (REPO / "icl" / "report" / "zfb.py").read_text()
+    assert "report.ldl" not in src and "import ldl" not in src and "def verdicts" not in src

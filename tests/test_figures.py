@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from icl.figures import draw_all, later, png, report_layout
+from icl.report.figures import draw_all, later, png, report_layout
 
 
 def line_figure(slope: float, nothing: bool = False):
@@ -49,7 +49,7 @@ def test_a_figure_not_drawn_beforehand_is_drawn_when_shown():
 def test_attention_summary_figure_only_for_continuous_tokens():
     """A linear task has no L, so no attention map is drawn; with discrete tokens (K set) that
     must not turn into the continuous tokens' attention-summary figure."""
-    from icl.report import model_section
+    from icl.report.page import model_section
     read = []
     def section(K):
         runs = pd.DataFrame({"run_id": ["a", "b"], "model": "m", "model_kind": "softmax_q", "optimizer": "gd",
@@ -85,7 +85,7 @@ def _attention(layers, heads, K=3, epochs=(0, 5)):
 def test_heads_figures_and_the_last_layer_mean():
     """A model with several heads: the LDL figures read the last layer's mean over its heads (a
     one-head table reads as it is), and each head is drawn on its own."""
-    from icl import report_heads
+    from icl.report import heads as report_heads
     attn = _attention(2, 3)
     assert report_heads.has_heads(attn) and not report_heads.has_heads(_attention(1, 1))
     mean = report_heads.last_layer(attn)
@@ -110,7 +110,7 @@ def test_heads_figures_and_the_last_layer_mean():
 def test_zfb_figure_draws_models_by_kind_and_splits_training_laws():
     """The error figure draws every trained model that is not linear attention (whatever its
     configured name), and one figure per training law when an experiment trains on several."""
-    from icl import report_zfb
+    from icl.report import zfb as report_zfb
     rows = []
     for law, eval_id in (("gaussian", "e1"), ("random_covariance", "e2")):
         for name, kind in (("my_gpt", "gpt"), ("lsa", "lsa"), ("ols", "baseline")):
@@ -132,10 +132,25 @@ def test_zfb_figure_draws_models_by_kind_and_splits_training_laws():
     assert report_zfb.training_laws({"runs": runs[runs["token_kind"] == "gaussian"]}, shift)[0][0] == ""
 
 
+def test_the_lsa_limit_stays_visible_under_the_trained_lsa():
+    """Where the trained LSA lies on its limit (as it should), the two are told apart by more than
+    their colour: the theory wide, pale and dashed beneath, the runs thin with points on top."""
+    from icl.report import zfb as report_zfb
+    rows = [{"predictor": p, "model_kind": k, "run_id": r, "eval_id": "e", "N": 10, "shift": "none", "c": np.nan,
+             "M": M, "mse": 1.0 / M} for p, k, r in (("lsa", "lsa", "a"), ("lsa_limit", None, None)) for M in (5, 10, 20)]
+    f = report_zfb.error_vs_length_figure(pd.DataFrame(rows).astype({"N": "Int64"}))
+    lines = {ln.get_label(): ln for ln in f.fig.axes[0].get_lines()}
+    run, theory = lines["LSA trained, N=10"], lines["LSA limit (theory), N=10"]
+    assert np.allclose(run.get_ydata(), theory.get_ydata()) and run.get_color() == theory.get_color()
+    assert theory.get_linewidth() >= 2.5 * run.get_linewidth() and theory.get_alpha() < 1
+    assert theory.get_linestyle() != run.get_linestyle() and run.get_marker() not in ("", "None", None)
+    assert run.get_zorder() > theory.get_zorder() and str(f) and f.problems == []       # drawn, read clean
+
+
 def test_escape_figure_draws_every_run_and_counts_the_stuck():
     """t_escape per run against N, one colour per training law; a run that never left its
     plateau drawn at the top and counted in the legend."""
-    from icl.report_zfb import escape_figure
+    from icl.report.zfb import escape_figure
     runs = pd.DataFrame({"run_id": list("abcd"), "N": [10, 10, 20, 20], "epochs": 3000,
                          "token_kind": ["gaussian", "random_covariance"] * 2})
     summary = pd.DataFrame({"run_id": list("abcd"), "t_escape": pd.array([1300, 900, None, 1500], dtype="Int64")})
@@ -149,7 +164,7 @@ def test_escape_figure_draws_every_run_and_counts_the_stuck():
 def test_seed_figure_has_a_panel_per_law_and_N():
     """ZFB §5's grid: a panel per (training law, N) with each nonlinear model's curve per test law,
     the LSA limit beside it and OLS (exact for M ≥ d) drawn at the axis floor, not at 1e-24."""
-    from icl.report_zfb import seed_figure
+    from icl.report.zfb import seed_figure
     rows = []
     for law, eid in (("gaussian", "e1"), ("random_covariance", "e2")):
         for N in (10, 20):
@@ -175,7 +190,7 @@ def test_seed_figure_has_a_panel_per_law_and_N():
 
 def _checked(fig, tidied: bool = True) -> list[str]:
     """layout_problems of a figure after it is drawn as the report draws it (tidy first unless not)."""
-    from icl.figures import layout_problems, tidy
+    from icl.report.figures import layout_problems, tidy
     fig.set_layout_engine("tight")
     if tidied:
         tidy(fig)
@@ -240,6 +255,42 @@ def test_log_axis_minor_labels_collide_untidied_and_not_tidied():
     assert _checked(narrow(5, 8)) == []             # under half a decade: a few plain steps
 
 
+def test_legend_below_fits_the_figure_and_merges_repeats():
+    """Long labels that three columns would push past both sides of the figure (zfb_gpt's clipped
+    "ss, fresh prompts (median)") get fewer columns, or wrap; repeated labels are listed once; text
+    under 9 px is named."""
+    from icl.report.figures import _drawn, legend_below
+
+    def crowded(place):
+        fig, ax = plt.subplots(figsize=(5.2, 3.4))
+        x = np.arange(1, 10)
+        for k in range(3):
+            ax.plot(x, x * (k + 1), label=f"token_kind=random_covariance, a long setting name {k}")
+            ax.plot(x, x * (k + 1.5), color=f"C{k}", label=f"token_kind=random_covariance, a long setting name {k}")
+        ax.plot(x, x + 1, ls=":", label="test loss, fresh prompts (median)")
+        ax.set_title("loss over training")
+        place(ax)
+        return fig
+
+    def three(ax):
+        fig = ax.get_figure()
+        fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=7, frameon=False)
+        fig.set_layout_engine("tight", rect=(0, 0.2, 1, 1))
+
+    def problems(fig):                      # drawn as the report draws it, its layout kept
+        try:
+            return _drawn(fig)[2]
+        finally:
+            plt.close(fig)
+
+    assert any("figure legend leaves the figure" in p for p in problems(crowded(three)))
+    fig = crowded(legend_below)
+    assert len(fig.legends[0].get_texts()) == 4                         # six lines, three labels, and the test line
+    assert problems(fig) == []
+    found = problems(crowded(lambda ax: legend_below(ax, fontsize=5)))
+    assert any("legend text 7.6 px high, under 9 px" in p for p in found), found
+
+
 def test_long_titles_are_wrapped_to_their_panel():
     fig, ax = plt.subplots(figsize=(3, 2.5))
     ax.plot([0, 1], [0, 1])
@@ -250,7 +301,7 @@ def test_long_titles_are_wrapped_to_their_panel():
 def test_report_figures_on_synthetic_tables_read_clean():
     """The loss figure (reference level drawn, one line per setting where a band would pool them),
     the attention figures (1/K drawn) and the maps pass the layout check."""
-    from icl import report
+    from icl.report import page as report
     runs = pd.DataFrame({"run_id": list("abcd"), "L": 0.2, "delta": [1.0, 1.0, 3.0, 3.0], "seed": [0, 1, 0, 1],
                          "model": "m", "lr": 0.1})
     curves = pd.DataFrame([{"run_id": r, "epoch": e, "metric": "train_loss", "value": (1 + (r in "cd")) / (1 + e)}
@@ -259,11 +310,32 @@ def test_report_figures_on_synthetic_tables_read_clean():
     others = pd.DataFrame({"run_id": "z", "epoch": [0, 1], "metric": "mean_field_loss", "value": 1.0})
     f = report.loss_figure(curves, runs, [0.2], "(a) loss", others, reference=uniform)   # no mean field of these runs
     rows = pd.read_csv(io.StringIO(base64.b64decode(f.csv).decode()))
+    # one L: each Δ a line of its own colour, with its band over seeds and its own level
+    assert f.problems == [] and "(a line per delta, band: min–max over seeds)" in " ".join(rows["panel"].iloc[0].split())
+    colour = rows.groupby("series")["colour"].first()
+    assert colour["delta=1 median"] != colour["delta=3 median"]
+    assert {"delta=1 min", "delta=1 max", "delta=3 min", "delta=3 max"} <= set(rows["series"])
+    assert np.allclose(rows.loc[rows["series"] == "delta=1 uniform attention", "y"], 0.5)
+    assert np.allclose(rows.loc[rows["series"] == "delta=3 uniform attention", "y"], 1.0)
+    # several L: a colour per L, one line per Δ within it, no band (it would pool settings)
+    both = pd.concat([runs, runs.assign(run_id=lambda r: r["run_id"] + "2", L=1.5)])
+    curves2 = pd.concat([curves, curves.assign(run_id=lambda c: c["run_id"] + "2")])
+    f = report.loss_figure(curves2, both, [0.2, 1.5], "(a) loss", others)
+    marker = {ln.get_gid(): ln.get_marker() for ln in f.fig.axes[0].get_lines() if ln.get_gid()}
+    rows = pd.read_csv(io.StringIO(base64.b64decode(f.csv).decode()))
     assert f.problems == [] and "(a line per delta: no band)" in rows["panel"].iloc[0]
-    assert {"L=0.2, delta=1 median", "L=0.2, delta=3 median"} <= set(rows["series"])       # a line per Δ
-    assert not rows["series"].str.endswith((" min", " max")).any()                          # and no band
-    level = rows[rows["series"] == "L=0.2 uniform attention"]
-    assert np.allclose(level["y"], 0.75)                                                     # its median level
+    assert {"L=0.2, delta=1 median", "L=0.2, delta=3 median", "L=1.5, delta=3 median"} <= set(rows["series"])
+    assert not rows["series"].str.endswith((" min", " max")).any()
+    # a c tied to L (ldl_shape's zip) is no setting of its own: the title does not name it
+    tied = report.loss_figure(curves2, both.assign(c=both["L"]), [0.2, 1.5], "(a) loss", others)
+    assert tied.fig.axes[0].get_title() == "(a) loss (a line per delta: no band)"
+    one = both[both["delta"] == 1.0].assign(c=lambda r: r["L"])           # c the only other column that varies
+    tied = report.loss_figure(curves2, one, [0.2, 1.5], "(a) loss", others)
+    assert tied.fig.axes[0].get_title() == "(a) loss" and str(tied) and tied.problems == []
+    # a marker per Δ, the same at every L, named in the legend beside a swatch per L
+    assert marker["L=0.2, delta=1 median"] == marker["L=1.5, delta=1 median"] != marker["L=0.2, delta=3 median"]
+    legend = [t.get_text() for t in f.fig.legends[0].get_texts()]
+    assert {"L=0.2", "L=1.5", "delta=1", "delta=3"} <= set(legend), legend
     attn = _attention(1, 1, K=4).assign(run_id=lambda d: d["run_id"].map({"a": "a", "b": "b"}))
     two = runs[runs["run_id"].isin(["a", "b"])]
     scores = report.attention_scores_figure(report.report_heads.last_layer(attn), two, 0.2, 4)
@@ -277,8 +349,8 @@ def test_thumbnail_is_small_and_key_figure_follows_the_headline():
     """The index's thumbnail: a PNG 400 px wide of a few KB; for a model the headline calls not
     learned, its own loss figure (which draws uniform attention's level) rather than another's."""
     from PIL import Image
-    from icl.figures import THUMB_WIDTH, thumbnail
-    from icl.report import key_figure
+    from icl.report.figures import THUMB_WIDTH, thumbnail
+    from icl.report.page import key_figure
     big = line_figure(2.0)
     small = thumbnail(str(big))
     im = Image.open(io.BytesIO(small))
@@ -295,7 +367,7 @@ def test_thumbnail_is_small_and_key_figure_follows_the_headline():
 def test_no_uniform_level_against_an_objective_over_every_position():
     """A GPT trained on every x position (loss: all): its train loss is not the query's error, so
     uniform attention's level (the query's) is drawn only against its test loss at the query."""
-    from icl import report
+    from icl.report import page as report
     runs = pd.DataFrame({"run_id": ["a", "b"], "L": 0.2, "seed": [0, 1], "model": "g", "lr": 0.1, "loss": "all"})
     curves = pd.DataFrame([{"run_id": r, "epoch": e, "metric": "train_loss", "value": 1 / (1 + e)}
                            for r in "ab" for e in range(5)])
@@ -310,10 +382,17 @@ def test_no_uniform_level_against_an_objective_over_every_position():
     assert {"L=0.2 uniform attention", "L=0.2 query median"} <= drawn
 
 
-def test_report_layout_logs_every_problem():
+def test_a_layout_problem_fails_the_report_naming_the_figure():
+    """A problem found while drawing is logged and raised with the figure's title (also its alt
+    text); figures without one pass."""
+    import pytest
+    from icl.report.figures import LayoutError
     out = io.StringIO()
     f = later(line_figure, 1.0)
     str(f)
+    assert f.title == "line 1"
     f.problems = ["[x] a legend covers 3 data point(s)"]
-    assert report_layout([f, later(line_figure, 2.0)], out) == 1
-    assert out.getvalue() == "layout: [x] a legend covers 3 data point(s)\n"
+    with pytest.raises(LayoutError, match=r"1 layout problem\(s\)[^\n]*\nlayout: line 1: \[x\] a legend covers 3"):
+        report_layout([f, later(line_figure, 2.0)], out)
+    assert out.getvalue() == "layout: line 1: [x] a legend covers 3 data point(s)\n"
+    assert report_layout([later(line_figure, 2.0)], out) == 0

@@ -128,7 +128,7 @@ def test_slopes_group_by_every_swept_setting():
 
 def test_report_draws_one_line_per_group():
     """The report's slope and stability figures work from tables with an extra swept setting."""
-    from icl import report_ldl
+    from icl.report import ldl as report_ldl
     runs, summ, theory = _sweep_tables(np.random.default_rng(2))
     runs = pd.concat([runs, runs.assign(run_id=runs["run_id"] + "-lr", lr=2.0)], ignore_index=True)
     summ = pd.concat([summ, summ.assign(run_id=summ["run_id"] + "-lr", final_train_loss=np.nan, diverged=True)],

@@ -61,7 +61,7 @@ def test_no_import_cycle():
 
 def test_layers_point_one_way():
     above = lambda *prefixes: {m for m in MODULES if m.startswith(prefixes)}
-    claims, report = above("icl.claims"), above("icl.report", "icl.figures")
+    claims, report = above("icl.claims"), above("icl.report")
     must_not = {
         "icl.io": claims | report | {"icl.measures", "icl.tables", "icl.analyse", "icl.fits"},
         "icl.measures": claims | report | {"icl.tables", "icl.analyse", "icl.fits"},
@@ -74,7 +74,7 @@ def test_layers_point_one_way():
         "icl.tasks": {m for m in MODULES if m.startswith("icl.theory")},   # the theory reads the tasks
         "icl.theory.table": {m for m in MODULES if m.startswith("icl.models")},   # the models read the theory
         "icl.notebook": report | {"icl.measures", "icl.tables", "icl.analyse", "icl.fits"},
-        "icl.report": {"icl.analyse", "icl.claims.ldl", "icl.measures", "icl.tables"},   # reads, draws
+        "icl.report.page": {"icl.analyse", "icl.claims.ldl", "icl.measures", "icl.tables"},   # reads, draws
         "icl.config": {"icl.plan"},
         "icl.sweep": {"icl.config", "icl.plan"},
     }
@@ -82,6 +82,21 @@ def test_layers_point_one_way():
         assert not reach(name) & banned, (name, sorted(reach(name) & banned))
     assert "icl.measures" in GRAPH["icl.tables"] and "icl.io" in GRAPH["icl.tables"]
     assert {"icl.fits", "icl.claims.ldl", "icl.claims.zfb"} <= GRAPH["icl.analyse"]
+
+
+def test_report_package_points_one_way():
+    """icl/report/: the page (icl.report.page) on top reads the figure modules (headline, heads,
+    ldl, zfb), and they draw with icl.report.figures, which imports none of them; none imports the
+    page back, nothing outside the report imports it but the command line."""
+    report = {m for m in MODULES if m.startswith("icl.report")}
+    assert report >= {"icl.report.page", "icl.report.figures", "icl.report.headline"}, sorted(report)
+    assert not reach("icl.report.figures") & report, sorted(reach("icl.report.figures") & report)
+    for name in report - {"icl.report.page"}:
+        assert "icl.report.page" not in reach(name), name
+    assert {"icl.report.headline", "icl.report.heads", "icl.report.ldl", "icl.report.zfb",
+            "icl.report.figures"} <= GRAPH["icl.report.page"]
+    outside = sorted(m for m in MODULES if not m.startswith("icl.report") and GRAPH[m] & report)
+    assert outside == ["icl.cli"], outside
 
 
 # A kind's name as a string outside icl/models/ only where it is data, never to branch on: a

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from icl import claims
-from icl import report, report_headline as hl, report_zfb
+from icl.report import headline as hl, page as report, zfb as report_zfb
 
 
 def _verdicts(rows):
@@ -60,19 +60,69 @@ def test_claims_not_testable_anywhere_share_one_row_after_the_decided_ones():
     assert [len(c) for c in folded["cells"]] == [1, 2]            # each mark still in its setting's column
 
 
-def test_a_claim_that_mostly_fails_gets_one_sentence_with_its_commonest_reason():
+def test_every_claim_with_a_failure_gets_a_sentence_naming_models_and_settings():
+    """A claim with one "does not hold" anywhere is said, per model that fails it, with the share of
+    its testable settings (not-testable rows out of it) and the settings named, and its commonest
+    reason; a claim that fails nowhere, and a model that fails nowhere, are not."""
     v = _verdicts([
         {"claim_id": "ldl.phases", "group": f"N={n}", "verdict": claims.FAILS,
          "reason": f"the sharp runs show 2 phases, not 3 (median of {n} runs)"} for n in (10, 20)] + [
         {"claim_id": "ldl.phases", "group": "N=40", "verdict": claims.FAILS, "reason": "diverged early"},
         {"claim_id": "ldl.phases", "group": "N=80", "verdict": claims.HOLDS, "reason": ""},
+        *({"claim_id": "ldl.phases", "group": f"N={n}; sharp", "verdict": claims.NOT_TESTABLE, "reason": "GD only"}
+          for n in (160, 320, 640)),
         {"claim_id": "ldl.step_size", "group": "N=10", "verdict": claims.FAILS, "reason": "no"},
         {"claim_id": "ldl.step_size", "group": "N=20", "verdict": claims.HOLDS, "reason": ""},
+        {"claim_id": "ldl.unseen_functions", "group": "N=10", "verdict": claims.HOLDS, "reason": ""},
+        # zfb_gpt's shape: gpt_nopos fails in both training laws, gpt holds in both
+        *({"claim_id": "zfb.gpt_in_distribution", "model": m, "group": f"token_kind={k}",
+           "verdict": claims.FAILS if m == "gpt_nopos" else claims.HOLDS,
+           "reason": "error at M = N 1.9× least squares', outside 1-1.25×" if m == "gpt_nopos" else ""}
+          for m in ("gpt", "gpt_nopos") for k in ("gaussian", "random_covariance")),
     ])
     out = hl.failing_claims(v)
-    assert len(out) == 1                                         # step_size: half, not most
-    assert out[0].startswith("ldl.phases") and "3 of 4 settings" in out[0]
-    assert "the sharp runs show 2 phases, not 3" in out[0] and "diverged" not in out[0]
+    assert [s.split(" ")[0] for s in out] == ["ldl.phases", "ldl.step_size", "zfb.gpt_in_distribution"]
+    phases, step, gpt = out
+    assert "for m in 3 of 4 testable settings (N=10; N=20; N=40)" in phases       # 3 not-testable rows left out
+    assert "the sharp runs show 2 phases, not 3" in phases and "diverged" not in phases
+    assert "for m in 1 of 2 testable settings (N=10): no" in step
+    assert "for gpt_nopos in all 2 testable settings (token_kind=gaussian; token_kind=random_covariance)" in gpt
+    assert "for gpt " not in gpt and "1.9× least squares'" in gpt
+    # ldl_phase_diagram's shape: one claim failing in each of its Δ × N settings for both regimes
+    eps = _verdicts([{"claim_id": "ldl.time_vs_eps", "group": f"delta={d}, N={n}; {r}", "verdict": claims.FAILS,
+                      "reason": "β outside the band"} for d in (1.5, 3) for n in (50, 100) for r in ("flat", "sharp")]
+                    + [{"claim_id": "ldl.time_vs_eps", "group": "delta=6, N=50; flat", "verdict": claims.HOLDS,
+                        "reason": ""}])
+    said = hl.failing_claims(eps.iloc[:-1])[0]
+    assert "for m in all 8 testable settings (flat: every delta × N (4) | sharp: every delta × N (4)): β" in said, said
+    said = hl.failing_claims(eps)[0]                    # Δ = 6 holds: the failing settings named, not "every"
+    assert "for m in 8 of 9 testable settings (flat: delta=1.5, N=50; delta=1.5, N=100; delta=3, N=50; " \
+           "delta=3, N=100 | sharp: delta=1.5, N=50;" in said, said
+    # nothing fails: no sentence; the index's line names the failing claims with their models
+    assert hl.failing_claims(v[v["verdict"] != claims.FAILS]) == []
+    line = hl.finding(v)
+    assert line.startswith("Does not hold: ldl.phases (m: 3 of 4 testable settings); ldl.step_size (m: 1 of 2 "
+                           "testable settings); zfb.gpt_in_distribution (gpt_nopos: 2 of 2 testable settings)"), line
+    assert "Holds wherever decided: ldl.unseen_functions" in line
+
+
+def test_no_decided_claim_is_said_with_why():
+    """ldl_depth's shape: 12 inconclusive and 36 not testable rows, nothing decided — one sentence
+    with both counts and each one's commonest reason, on the page and on the index; one decided row
+    and the sentence is gone."""
+    v = _verdicts([{"claim_id": f"ldl.c{i}", "group": f"L={i}", "verdict": claims.NOT_TESTABLE,
+                    "reason": "Adam is blind to L" if i < 30 else f"only {i} runs learned"} for i in range(36)] +
+                  [{"claim_id": "ldl.phases", "group": f"seed={i}", "verdict": claims.UNSURE,
+                    "reason": f"the interval 0.{i}–2.{i} straddles the band"} for i in range(12)])
+    s = hl.undecided(v)
+    assert s.startswith("No claim was decided: of 48 per-setting verdicts none holds or fails"), s
+    assert "36 not testable (30 of them: Adam is blind to L)" in s
+    assert "12 inconclusive (12 of them: the interval 0.0–2.0 straddles the band)" in s
+    assert hl.finding(v) == s and hl.failing_claims(v) == []
+    decided = pd.concat([v, _verdicts([{"claim_id": "ldl.phases", "group": "x", "verdict": claims.HOLDS,
+                                        "reason": ""}])])
+    assert hl.undecided(decided) == "" and hl.finding(decided) == "Holds wherever decided: ldl.phases."
+    assert hl.undecided(v.iloc[:0]) == ""
 
 
 def test_claim_counts_are_per_setting_rows_and_add_up_to_the_page_badges():
@@ -137,12 +187,22 @@ def test_a_model_that_has_not_learned_is_said_with_its_numbers():
     # an LDL experiment: the final train loss against uniform attention's, and how many converged
     ldl = hl.model_outcomes({**t, "shift": pd.DataFrame()}, ldl=True)
     assert "final train loss 0.96× uniform attention's" in ldl[0]["reached"] and ldl[0]["status"] == "not learned"
-    assert "0 of 2 runs converged" in ldl[0]["reached"]
+    assert ldl[0]["converged"] == 0 and ldl[0]["says"].startswith("not learned (≥ 50% of the gap")
+    assert ldl[0]["says"].endswith("and none of 2 runs converged (train loss ≤ 10⁻² × uniform attention's)")
     # a GPT trained on every x position: judged at the query (final_query_train_loss), and said so
     summ = t["summary"].assign(final_query_train_loss=0.2 * t["summary"]["uniform_train_loss"])
     runs = t["runs"].assign(loss="all")
     gpt = hl.model_outcomes({**t, "runs": runs, "summary": summ, "shift": pd.DataFrame()}, ldl=True)
     assert "final train loss at the query 0.2× uniform attention's" in gpt[0]["reached"] and gpt[0]["status"] == "learned"
+    # learned (half the gap closed) but none converged (10⁻² of it): two tests, said as two, never
+    # "0 of 2 runs converged: learned"
+    assert gpt[0]["says"].startswith("learned (≥ 50% of the gap") and ", but none of 2 runs converged" in gpt[0]["says"]
+    assert "converged" not in gpt[0]["reached"]
+    summ = summ.assign(final_query_train_loss=[0.005 * 2.5, 0.2 * 2.5, 0.005 * 2.5, 0.005 * 2.5])
+    some = hl.model_outcomes({**t, "runs": runs, "summary": summ, "shift": pd.DataFrame()}, ldl=True)
+    assert some[0]["says"].endswith("but 1 of 2 runs converged (train loss ≤ 10⁻² × uniform attention's)")
+    assert some[1]["says"].startswith("learned") and ", and all of 2 runs converged" in some[1]["says"]
+    assert hl.model_outcomes(t, ldl=False)[1]["says"] == "learned"      # no convergence test outside LDL
 
 
 def test_index_says_which_models_did_not_learn(tmp_path):
@@ -154,10 +214,13 @@ def test_index_says_which_models_did_not_learn(tmp_path):
     t["summary"].assign(train_seconds=1.0, device="cpu").to_parquet(d / "summary.parquet")
     (d / "thumbnail.png").write_bytes(b"")
     models = hl.model_outcomes(t, ldl=False)
-    (d / "headline.json").write_text(json.dumps({"models": models, "learning": hl.learning_sentence(models)}))
+    (d / "headline.json").write_text(json.dumps({"models": models, "learning": hl.learning_sentence(models),
+                                                 "finding": "Does not hold: zfb.x (gpt: 2 of 2)."}))
     out = tmp_path / "index.html"
     report.render_index({"x": {"description": ""}}, str(tmp_path / "results"), str(out))
-    assert "gpt: not learned" in out.read_text()
+    html = out.read_text()
+    assert "gpt: not learned" in html
+    assert '<p class="finding">Does not hold: zfb.x (gpt: 2 of 2).</p>' in html
 
 
 def test_runs_table_has_a_column_per_swept_setting_and_no_empty_column():
@@ -188,5 +251,6 @@ def test_a_failing_claim_says_whom_its_rows_are_against():
                     "reason": "the median β's interval lies outside the band"} for n in (10, 20, 40)])
     v["against"] = pd.array(["theorem", "theorem", "dynamics"], dtype="string")
     out = hl.failing_claims(v)
-    assert "does not hold in 3 of 3 settings (against: theorem in 2, against: dynamics in 1)" in out[0]
+    assert "does not hold for m in all 3 testable settings (every N (3)) (against: theorem in 2, " \
+           "against: dynamics in 1): the median β's" in out[0], out[0]
     assert hl.against_text(v.drop(columns="against")) == ""

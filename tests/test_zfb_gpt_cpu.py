@@ -1,9 +1,7 @@
 """config/zfb_gpt_cpu.yaml: ZFB §5's grid scaled to a CPU plans as the seed's figure needs it
 (two training laws x three N, learned and no positions, 3 seeds, tests to M = 2N on the identity
 and on random covariances at c = 1, 4, 9), and runs end to end under `smoke=true` (-m slow)."""
-import base64
 import io
-import re
 import shutil
 import subprocess
 import sys
@@ -50,8 +48,9 @@ def test_smoke_run_draws_the_seeds_figure(tmp_path):
     assert set(shift["shift"]) >= {"none", "identity", "random_covariance"}
     html = (tmp_path / "reports" / "zfb_gpt_cpu_smoke.html").read_text()
     panels = set()
-    for b64 in re.findall(r'href="data:text/csv;base64,([^"]+)"', html):
-        panels |= set(pd.read_csv(io.StringIO(base64.b64decode(b64).decode()))["panel"].astype(str))
+    from icl.report.figures import page_csvs
+    for text in page_csvs(html).values():
+        panels |= set(pd.read_csv(io.StringIO(text))["panel"].astype(str))
     for law in ("gaussian", "random_covariance"):      # the seed's 2 x 3 panels
         for N in (10, 20, 30):
             assert any(p.startswith(f"trained on {law}") and p.endswith(f"N={N}") for p in panels), (law, N, panels)

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from icl.figures import REFERENCE, Figure, palette, png
+from icl.report.figures import REFERENCE, Figure, palette, png
 
 KEYS = ["run_id", "epoch", "query_feature", "key_feature"]
 

@@ -23,8 +23,10 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 from jinja2 import Environment, FileSystemLoader, select_autoescape  # noqa: E402
 
-from icl import claims, report_headline, report_heads, report_ldl, report_zfb, tasks  # noqa: E402
-from icl.figures import (QUALITATIVE, REFERENCE, Figure, draw_all, later, legend_below, palette, png,  # noqa: E402
+from icl import claims, tasks  # noqa: E402
+from icl.report import headline as report_headline, heads as report_heads  # noqa: E402
+from icl.report import ldl as report_ldl, zfb as report_zfb  # noqa: E402
+from icl.report.figures import (QUALITATIVE, REFERENCE, Figure, draw_all, later, legend_below, palette, png,  # noqa: E402
                          report_layout, thumbnail)
 from icl.files import atomic_path  # noqa: E402
 from icl.io import read_parquet  # noqa: E402
@@ -53,21 +55,53 @@ def settings_of(runs: pd.DataFrame, by: str) -> list[str]:
     return [c for c in swept_columns(runs) if c not in (by, "seed") and runs[c].astype(str).nunique() > 1]
 
 
-def _per_setting(ax, df: pd.DataFrame, runs: pd.DataFrame, by: str, x: str, y: str, label: str, color,
-                 log: bool) -> None:
-    """The runs' `y` against `x`: a median and band over seeds where the runs differ in their seed
-    only, else one median line per setting (no band), the first one labelled."""
+SETTING_MARKERS = "os^Dvx+P*<>h"     # one per swept setting where the colour says the L (or the feature)
+
+
+def distinct_settings(runs: pd.DataFrame, by: str) -> list[str]:
+    """settings_of less the settings another one fixes (a step the clock sets from Δ and N, a c tied
+    to L): the columns that tell the lines of one `by` value apart, each named once."""
     keys = settings_of(runs, by)
+    for k in list(keys):
+        rest = [c for c in keys if c != k]
+        if runs.groupby([by, *rest], dropna=False)[k].nunique(dropna=False).max() <= 1:
+            keys.remove(k)
+    return keys
+
+
+def _per_setting(ax, df: pd.DataFrame, runs: pd.DataFrame, by: str, x: str, y: str, label: str, color,
+                 log: bool, markers: dict | None = None) -> None:
+    """The runs' `y` against `x`: a median and band over seeds where the runs differ in their seed
+    only, else one median line per setting (no band), each with its setting's marker (`markers`,
+    shared by the figure's calls so a setting keeps its marker; the figure's legend names them)
+    and `label` on a colour swatch."""
+    keys = distinct_settings(runs, by)
     if not keys:
         _band(ax, df, x, y, label, color, log)
         return
-    for n, (key, g) in enumerate(runs.groupby(keys, dropna=False)):
+    markers = {} if markers is None else markers
+    for key, g in runs.groupby(keys, dropna=False):
         med = df[df["run_id"].isin(g["run_id"])].groupby(x)[y].median()
-        what = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in zip(keys, np.atleast_1d(key)))
-        ax.plot(med.index, med.values, color=color, lw=0.9, alpha=0.8, label=label if n == 0 else "_",
+        what = _setting(keys, key)
+        mark = markers.setdefault(what, SETTING_MARKERS[len(markers) % len(SETTING_MARKERS)])
+        step = max(1, len(med) // 6)            # six marks a line, each setting's a little apart from the next
+        ax.plot(med.index, med.values, color=color, lw=0.9, alpha=0.8, marker=mark, ms=3.5, mfc="none",
+                markevery=(list(markers).index(what) * max(1, step // 4) % step, step), label="_",
                 gid=f"{label}, {what} median")
+    ax.fill_between([], [], color=color, label=label)          # the colour's legend entry, a swatch
     if log:
         ax.set_yscale("log")
+
+
+def setting_legend(ax, markers: dict) -> None:
+    """Grey legend entries for the settings' markers (_per_setting), one per setting."""
+    for what, mark in markers.items():
+        ax.plot([], [], color="0.35", ls="none", marker=mark, ms=4, mfc="none", label=what)
+
+
+def _setting(keys: list[str], key) -> str:
+    """A group's setting as "token_kind=gaussian, N=20"."""
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in zip(keys, np.atleast_1d(key)))
 
 
 def wide_objective(runs: pd.DataFrame) -> bool:
@@ -86,15 +120,23 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
     (figures.palette), so an L looks the same everywhere."""
     if not Ls:
         return None
-    fig, ax = plt.subplots(figsize=(5.2, 3.4 + 0.2 * -(-(len(Ls) + 3) // 3)))
     colours = colours or palette(Ls)
+    keys = distinct_settings(runs[runs[by].isin(Ls)], by)
+    if len(Ls) == 1 and keys:       # one value of `by`: each setting a line of its own colour, with its band
+        lines = [(_setting(keys, key), QUALITATIVE[n % len(QUALITATIVE)], g)
+                 for n, (key, g) in enumerate(runs[runs[by] == Ls[0]].groupby(keys, dropna=False))]
+        per = f" (a line per {', '.join(keys)}, band: min–max over seeds)"
+    else:
+        lines = [(f"{by}={L:g}", colours[float(L)], runs[runs[by] == L]) for L in Ls]
+        per = f" (a line per {', '.join(keys)}: no band)" if keys else ""
+    fig, ax = plt.subplots(figsize=(5.2, 3.4 + 0.2 * -(-(len(lines) + 3) // 3)))
     mean_field = level = at_query = not_comparable = False
-    for color, L in ((colours[float(L)], L) for L in Ls):
-        mine = runs[runs[by] == L]
+    markers = {}
+    for name, color, mine in lines:
         ids = mine["run_id"]
         df = curves[curves["run_id"].isin(ids) & (curves["metric"] == "train_loss")]
         df = df[df["value"] > 0]
-        _per_setting(ax, df, mine, by, "epoch", "value", f"{by}={L:g}", color, log=True)
+        _per_setting(ax, df, mine, by, "epoch", "value", name, color, log=True, markers=markers)
         if test:
             med = curves[curves["run_id"].isin(ids) & (curves["metric"] == "test_loss")].groupby("epoch")["value"].median()
             ax.plot(med.index, med.values, color=color, ls=":", lw=1.1)
@@ -109,14 +151,15 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
             q = curves[curves["run_id"].isin(ids) & (curves["metric"] == "test_query_loss")].groupby("epoch")["value"]
             if len(q):
                 med = q.median()
-                ax.plot(med.index, med.values, color=color, ls=(0, (1, 1)), lw=1.3, gid=f"{by}={L:g} query median")
+                ax.plot(med.index, med.values, color=color, ls=(0, (1, 1)), lw=1.3, gid=f"{name} query median")
                 at_query = True
             else:
                 ref, not_comparable = ref.iloc[:0], True
         if len(ref) and len(df):
             ax.plot([df["epoch"].min(), df["epoch"].max()], [ref.median()] * 2, **{**REFERENCE, "color": color},
-                    gid=f"{by}={L:g} uniform attention")
+                    gid=f"{name} uniform attention")
             level = True
+    setting_legend(ax, markers)
     if mean_field:
         ax.plot([], [], color="grey", ls="--", label="mean field (LDL Lemma 2)")
     if test:
@@ -127,8 +170,7 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
         ax.plot([], [], **REFERENCE, label="uniform attention's loss at the query\n(= nothing learned)")
     ax.set_xlabel("epoch")
     ax.set_ylabel(("train " if not test else "") + "loss ½E[(ŷ−y)²] (log)")
-    keys = settings_of(runs[runs[by].isin(Ls)], by)
-    ax.set_title(title + (f" (a line per {', '.join(keys)}: no band)" if keys else "")
+    ax.set_title(title + per
                  + (" — trained on every x position: uniform attention's level, the query's, not drawn"
                     if not_comparable else ""), fontsize=10)
     legend_below(ax)
@@ -141,10 +183,12 @@ def attention_scores_figure(attn, runs, L, K, tag: str = "") -> Figure:
     mine = runs[runs["L"] == L]
     df = attn[attn["run_id"].isin(mine["run_id"]) & (attn["query_feature"] == 0)]
     fig, ax = plt.subplots(figsize=(5.2, 4.0))
-    pal = QUALITATIVE
+    pal, markers = QUALITATIVE, {}
     for k in range(K):
         lab = "Attn₁ (own)" if k == 0 else f"Attn_{{{k + 1},1}}"
-        _per_setting(ax, df[df["key_feature"] == k], mine, "L", "epoch", "attn", lab, pal[k], log=False)
+        _per_setting(ax, df[df["key_feature"] == k], mine, "L", "epoch", "attn", lab, pal[k], log=False,
+                     markers=markers)
+    setting_legend(ax, markers)
     ax.axhline(1 / K, **REFERENCE, label=f"1/K = {1 / K:.2g}: uniform attention\n(= nothing learned)")
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("epoch")
@@ -253,15 +297,18 @@ def attention_summary_figure(curves, runs, colours: dict) -> Figure:
     """For continuous tokens: attention entropy and the mass on the nearest 10% of tokens."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     Ls = sorted(runs["L"].dropna().unique()) or [None]
+    markers = {}
     for ax, metric, lab in ((axes[0], "attn_entropy", "attention entropy (nats)"),
                             (axes[1], "attn_knn", "mass on the nearest 10% of tokens")):
         for color, L in ((QUALITATIVE[0] if L is None else colours[float(L)], L) for L in Ls):
             ids = runs["run_id"] if L is None else runs.loc[runs["L"] == L, "run_id"]
             df = curves[curves["run_id"].isin(ids) & (curves["metric"] == metric)]
             mine = runs if L is None else runs[runs["L"] == L]
-            _per_setting(ax, df, mine, "L", "epoch", "value", "all" if L is None else f"L={L:g}", color, log=False)
+            _per_setting(ax, df, mine, "L", "epoch", "value", "all" if L is None else f"L={L:g}", color, log=False,
+                         markers=markers)
         ax.set_xlabel("epoch")
         ax.set_ylabel(lab)
+    setting_legend(axes[1], markers)
     legend_below(axes[1], ncol=4)
     fig.suptitle("attention summaries for continuous tokens", fontsize=10)
     return png(fig)
@@ -381,15 +428,17 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
     with atomic_path(os.path.join(results_dir, "thumbnail.png")) as tmp, open(tmp, "wb") as fh:
         fh.write(thumbnail(str(thumb)) if thumb else b"")
     _write(os.path.join(results_dir, "headline.json"),
-           json.dumps({"models": head["models"], "learning": head["learning"]}, indent=1, ensure_ascii=False))
+           json.dumps({"models": head["models"], "learning": head["learning"], "finding": head["finding"]}, indent=1,
+                      ensure_ascii=False))
     _write(out_path, html)
 
 
 def headline(experiment: str, exp: dict, tabs: dict, verdicts: pd.DataFrame, ldl: bool,
              paper: str | None = None) -> dict:
-    """What the page opens with (icl.report_headline): per model what was trained and what it
+    """What the page opens with (icl.report.headline): per model what was trained and what it
     reached, the verdict counts per claim (per-setting rows, as on the index), the paper's sizes
-    where this experiment is smaller, and a sentence per claim that mostly does not hold."""
+    where this experiment is smaller, a sentence per claim with a "does not hold" in any setting (or
+    one saying why nothing was decided), and the index's line of what was found."""
     paper_exp = None
     if paper and os.path.exists(paper):
         with open(paper) as fh:
@@ -397,8 +446,8 @@ def headline(experiment: str, exp: dict, tabs: dict, verdicts: pd.DataFrame, ldl
     models = report_headline.model_outcomes(tabs, ldl)
     return {"models": models, "learning": report_headline.learning_sentence(models),
             "claims": report_headline.claim_counts(verdicts, claim_robustness(verdicts)),
-            "failing": report_headline.failing_claims(verdicts),
-            "paper": report_headline.paper_sizes(exp, paper_exp)}
+            "failing": report_headline.failing_claims(verdicts), "undecided": report_headline.undecided(verdicts),
+            "finding": report_headline.finding(verdicts), "paper": report_headline.paper_sizes(exp, paper_exp)}
 
 
 # run columns that identify or describe a run rather than set it
@@ -442,19 +491,21 @@ def verdict_counts(verdicts: pd.DataFrame) -> tuple[list[tuple[str, int]], int]:
 
 
 def index_entry(name: str, description: str, results_dir: str) -> dict:
-    """What the index says of one experiment: verdict counts, runs, training time, device, key figure."""
+    """What the index says of one experiment: verdict counts and the line of its main finding (the
+    report's headline.json), runs, training time, device, key figure."""
     verdicts = read_parquet(os.path.join(results_dir, "verdicts.parquet"))
     summary = read_parquet(os.path.join(results_dir, "summary.parquet"))
     with open(os.path.join(results_dir, "thumbnail.png"), "rb") as fh:
         thumb = base64.b64encode(fh.read()).decode()
     counts, per_run = verdict_counts(verdicts)
     head = os.path.join(results_dir, "headline.json")
-    learning = ""
+    said = {}
     if os.path.exists(head):               # written by the report beside the thumbnail
         with open(head) as fh:
-            learning = json.load(fh).get("learning", "")
+            said = json.load(fh)
     return {"name": name, "description": description, "runs": len(summary), "counts": counts, "per_run": per_run,
-            "learning": learning, "against": report_headline.against_text(verdicts),
+            "learning": said.get("learning", ""), "finding": said.get("finding", ""),
+            "against": report_headline.against_text(verdicts),
             "train_seconds": float(summary["train_seconds"].sum()),
             "devices": ", ".join(sorted(set(summary["device"].astype(str)))), "thumbnail": thumb}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import gzip
 import io
 import sys
 import textwrap
@@ -42,6 +43,7 @@ class Figure:
         self.fig, self.build = fig, build
         self._png = self._csv = None
         self.problems: list[str] = []       # layout_problems of the drawn figure
+        self.title = ""                     # its title(s), the image's alt text
 
     def __str__(self) -> str:
         if self._png is None:
@@ -56,24 +58,39 @@ class Figure:
         str(self)
         return self._csv
 
-    def render(self) -> tuple[str, str, list[str]]:
-        """(base64 PNG, base64 CSV, layout problems), built first if made `later`; ("", "", []) if
-        nothing to draw."""
+    @property
+    def csv_gz(self) -> str:
+        """Base64 of the CSV gzipped, what the page embeds: the whole table at a fifth or less of its
+        bytes (a page of 20,000-row figures stays under 3 MB), unpacked by the reader's browser
+        (DecompressionStream, the page's inline script) when its link is clicked."""
+        return base64.b64encode(gzip.compress(base64.b64decode(self.csv), compresslevel=9, mtime=0)).decode()
+
+    def render(self) -> tuple[str, str, list[str], str]:
+        """(base64 PNG, base64 CSV, layout problems, title), built first if made `later`; ("", "", [],
+        "") if nothing to draw."""
         fig = self.fig
         if self.build is not None:
             made = self.build()
             if made is None:
-                return "", "", []
+                return "", "", [], ""
             fig = made.fig
         try:
             return _drawn(fig)
         finally:
             plt.close(fig)      # long reports do not pile up figures
 
-    def done(self, png_b64: str, csv_b64: str, problems: list[str] = ()) -> None:
-        self._png, self._csv, self.problems = png_b64, csv_b64, list(problems)
+    def done(self, png_b64: str, csv_b64: str, problems: list[str] = (), title: str = "") -> None:
+        self._png, self._csv, self.problems, self.title = png_b64, csv_b64, list(problems), title
         if self.fig is not None:
             plt.close(self.fig)
+
+
+def page_csvs(html: str) -> dict[str, str]:
+    """The CSV behind every figure of a rendered report page, by its download name: what the page's
+    script unpacks when a reader clicks "data (CSV)" (for a notebook, or a test)."""
+    import re
+    return {name: gzip.decompress(base64.b64decode(b)).decode()
+            for name, b in re.findall(r'<a class="data" download="([^"]+)" href="#" data-gz="([^"]+)"', html)}
 
 
 def later(figure_function, *args, **kwargs) -> Figure:
@@ -118,8 +135,18 @@ def drawn_rows(fig) -> pd.DataFrame:
     return rows.loc[:, rows.notna().any() | rows.columns.isin(["panel", "series", "x", "y"])]   # no all-empty column
 
 
-def _drawn(fig) -> tuple[str, str, list[str]]:
-    """(base64 PNG, base64 CSV of the drawn rows, layout problems) of a figure, tidied first."""
+def title_of(fig) -> str:
+    """What the figure shows, in its own words: its title, else its panels' titles (a reader without
+    the image, or a report step naming a figure, reads this)."""
+    sup = fig._suptitle.get_text() if fig._suptitle is not None else ""
+    panels = list(dict.fromkeys(t for ax in fig.axes if ax.get_visible() and ax.axison
+                                for t in [ax.get_title().strip()] if t))
+    text = "; ".join([sup] * bool(sup) + panels[:4] + (["…"] if len(panels) > 4 else []))
+    return " ".join(text.split()) or "an untitled figure"
+
+
+def _drawn(fig) -> tuple[str, str, list[str], str]:
+    """(base64 PNG, base64 CSV of the drawn rows, layout problems, title) of a figure, tidied first."""
     buf = io.BytesIO()
     if fig.get_layout_engine() is None:     # laid out once as it is drawn; bbox_inches="tight" draws twice
         fig.set_layout_engine("tight")
@@ -128,7 +155,7 @@ def _drawn(fig) -> tuple[str, str, list[str]]:
     fig.savefig(buf, format="png", dpi=110)     # not "figure": that is the dpi the figure was made with
     return (base64.b64encode(buf.getvalue()).decode(),
             base64.b64encode(drawn_rows(fig).to_csv(index=False, float_format="%.6g").encode()).decode(),
-            layout_problems(fig))
+            layout_problems(fig), title_of(fig))
 
 
 def tidy(fig) -> None:
@@ -244,21 +271,49 @@ def _problems(fig, boxes, renderer, tol) -> list[str]:
             n = _covered_points(ax, leg.get_window_extent(renderer))
             if n:
                 found.append(f"{(ax.get_title() or 'a panel')[:40]}: legend covers {n} data point(s)")
-    return found + undrawn_entries(fig)
+    return found + undrawn_entries(fig) + small_legends(fig)
+
+
+MIN_LEGEND_PX = 9       # legend text at least this high (its font size) at the image's natural size
+
+
+def small_legends(fig) -> list[str]:
+    """Legends whose text is under MIN_LEGEND_PX at the dpi the figure is drawn at: a crowded figure
+    must be split or its entries merged, not its legend shrunk."""
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend() is not None)]
+    sizes = [t.get_fontsize() * fig.dpi / 72 for leg in legends for t in leg.get_texts()]
+    return [f"legend text {min(sizes):.1f} px high, under {MIN_LEGEND_PX} px"] if sizes and min(sizes) < MIN_LEGEND_PX \
+        else []
 
 
 def legend_below(ax, ncol: int = 3, fontsize: float = 7) -> None:
     """The panel's legend in a strip under the figure, kept out of the panels by the layout, from
     the artists drawn with a label: it never covers data, lists nothing that is not drawn, and costs
-    height, not width (two figures still fit side by side on the page)."""
+    height, not width (two figures still fit side by side on the page). Entries repeated with one
+    label are listed once; the legend takes as few columns as it needs to fit the figure's width
+    (long labels wrapped where even one column would not), so it is never clipped at the sides."""
     fig = ax.get_figure()
-    handles, labels = ax.get_legend_handles_labels()
-    if not handles:
+    entries = {}                                                      # label -> its first handle
+    for handle, label in zip(*ax.get_legend_handles_labels()):
+        entries.setdefault(label, handle)
+    if not entries:
         return
-    ncol = min(ncol, len(handles))
-    lines = sum(max(lab.count("\n") + 1 for lab in labels[i:i + ncol]) for i in range(0, len(labels), ncol))
+    labels, handles = list(entries), list(entries.values())
+    renderer = fig.canvas.get_renderer()
+    room = 0.98 * fig.bbox.width
+    for n in range(min(ncol, len(handles)), 0, -1):
+        leg = fig.legend(handles, labels, loc="lower center", ncol=n, fontsize=fontsize, frameon=False, borderaxespad=0.3)
+        width = leg.get_window_extent(renderer).width
+        if width <= room or n == 1:
+            break
+        leg.remove()
+    if width > room:                  # one column and still too wide: wrap the labels to the figure's width
+        leg.remove()
+        chars = max(20, int(fig.get_figwidth() * 72 / (0.55 * fontsize)) - 8)
+        labels = ["\n".join(textwrap.fill(part, chars) for part in lab.split("\n")) for lab in labels]
+        fig.legend(handles, labels, loc="lower center", ncol=1, fontsize=fontsize, frameon=False, borderaxespad=0.3)
+    lines = sum(max(lab.count("\n") + 1 for lab in labels[i:i + n]) for i in range(0, len(labels), n))
     strip = (lines * fontsize * 1.4 + 8) / 72 / fig.get_figheight()
-    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=fontsize, frameon=False, borderaxespad=0.3)
     fig.set_layout_engine("tight", rect=(0, strip, 1, 1))
 
 
@@ -275,15 +330,21 @@ def thumbnail(png_b64: str) -> bytes:
     return buf.getvalue()
 
 
+class LayoutError(RuntimeError):
+    """A report figure a reader could not read (a legend leaving the image, texts on each other):
+    the report step fails naming it, instead of writing the page with a log line nobody reads."""
+
+
 def report_layout(figures: list, out=sys.stderr) -> int:
     """Write every drawn figure's layout problems to `out` (the report's log), one line each, and
-    return how many: a figure that cannot be read is said where the run is logged."""
-    n = 0
-    for f in figures:
-        for p in getattr(f, "problems", ()):
-            print(f"layout: {p}", file=out)
-            n += 1
-    return n
+    raise LayoutError naming the figures (their titles) and their problems where there is any."""
+    lines = [f"layout: {getattr(f, 'title', '') or 'a figure'}: {p}" for f in figures for p in getattr(f, "problems", ())]
+    for line in lines:
+        print(line, file=out)
+    if lines:
+        raise LayoutError(f"{len(lines)} layout problem(s) in the report's figures, so the page is not written:\n"
+                          + "\n".join(lines))
+    return 0
 
 
 def png(fig) -> Figure:

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import seaborn as sns
 
 from icl import models
-from icl.figures import QUALITATIVE, REFERENCE, Figure, legend_below, palette, png
+from icl.report.figures import QUALITATIVE, REFERENCE, Figure, legend_below, palette, png
 from icl.claims.zfb import BEYOND_LINEAR, TRAINED_LSA, healthy_shift
 
 MARKERS = "oxs^Dv"      # one per model drawn beside the LSA, so coinciding curves stay apart
@@ -48,7 +48,8 @@ def training_laws(tabs, shift: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 
 
 def error_vs_length_figure(shift: pd.DataFrame, title: str = "") -> Figure:
-    """MSE against test length M, one panel per shift; LSA per training N, its limit dashed; the
+    """MSE against test length M, one panel per shift; LSA per training N (points), its limit wide,
+    pale and dashed beneath; the
     other trained models (zfb.beyond_lsa's: every kind whose prediction is not linear in the labels,
     one colour per model) at the largest N."""
     cells = _cells(shift)
@@ -62,10 +63,14 @@ def error_vs_length_figure(shift: pd.DataFrame, title: str = "") -> Figure:
     for ax, (kind, c) in zip(axes.ravel(), cells):
         d = _cell(shift, kind, c)
         for N in Ns:
-            for pred, ls, lab in ((TRAINED_LSA, "-", "LSA trained"), ("lsa_limit", "--", "LSA limit")):
+            # the theory wide and pale, dashed, under the trained LSA's thin line with its points:
+            # where the two coincide (they should) both still show
+            for pred, style, lab in ((TRAINED_LSA, dict(ls="-", lw=1.1, marker="o", ms=3, zorder=3), "LSA trained"),
+                                     ("lsa_limit", dict(ls=(0, (3, 1.5)), lw=3.2, alpha=0.45, zorder=2),
+                                      "LSA limit (theory)")):
                 g = d[(d["predictor"] == pred) & (d["N"] == N)].groupby("M")["mse"].median()
                 if len(g):
-                    ax.plot(g.index, g.values, ls, color=pal[N], label=f"{lab}, N={N}")
+                    ax.plot(g.index, g.values, color=pal[N], label=f"{lab}, N={N}", **style)
         others = d[~d["predictor"].isin(["ols", "ridge"])]["mse"]
         floor = others[others > 0].min() / 3 if (others > 0).any() else 1e-12
         named = with_N(d)           # a baseline on the test prompts of the largest N's runs, as the other models

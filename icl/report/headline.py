@@ -1,9 +1,10 @@
 """What a report opens with (issue 30.1): per model what was trained and what it reached, with
 numbers; the verdict counts per claim (per-setting rows, the figures the index shows); the paper's
-sizes where the experiment scales them down (config/paper.yaml); a sentence per claim whose rows
-read mostly "does not hold"; and the claims × settings grid of every per-setting verdict.
+sizes where the experiment scales them down (config/paper.yaml); a sentence per claim with a "does
+not hold" in any setting, or one saying why no claim was decided; the index's line of what was
+found; and the claims × settings grid of every per-setting verdict.
 
-Reads only the experiment's tables and what icl.report.render is given; the learning test is the
+Reads only the experiment's tables and what icl.report.page.render is given; the learning test is the
 claims' own (icl.claims.learned.below with the references the claims use), so a model the header
 calls "not learned" is one whose claims were gated on it."""
 from __future__ import annotations
@@ -76,7 +77,7 @@ def model_outcomes(tabs: dict, ldl: bool) -> list[dict]:
         arch = _architecture(first)
         trained = (f"{first['model_kind']}{' (' + arch + ')' if arch else ''}, {first['optimizer']}, {epochs} epochs, "
                    f"{len(g)} run{'s' if len(g) != 1 else ''}")
-        reached, learned, judged = [], 0, len(ok)
+        reached, learned, judged, converged = [], 0, len(ok), None
         at_N = _at_length_N(tabs, ok) if shift is not None and len(shift) and not ldl else None
         if at_N is not None and len(at_N):
             ratio = at_N["mse_at_N"] / at_N["uniform_at_N"]
@@ -100,8 +101,7 @@ def model_outcomes(tabs: dict, ldl: bool) -> list[dict]:
                 ok_test = below(loss, ref, "").test(ok).fillna(True).astype(bool)
                 learned = int(ok_test.sum())
                 if ldl:
-                    conv = (ok[loss].astype(float) <= 1e-2 * ok[ref].astype(float)).sum()
-                    reached.append(f"{int(conv)} of {len(ok)} runs converged (train loss ≤ 10⁻² × uniform attention's)")
+                    converged = int((ok[loss].astype(float) <= 1e-2 * ok[ref].astype(float)).sum())
             else:
                 ratio = ok["final_train_loss"].astype(float) / ok["loss0"].astype(float)
                 reached.append(f"{what} {_spread(ratio)} its initial loss after {epochs} epochs")
@@ -112,10 +112,23 @@ def model_outcomes(tabs: dict, ldl: bool) -> list[dict]:
                            + (f", median epoch {int(ok.loc[esc, 't_escape'].median())})" if esc.any() else ")"))
         if div.any():
             reached.append(f"{int(div.sum())} of {len(g)} runs diverged")
+        status = _status(learned, judged) if judged else "all runs diverged"
         out.append({"model": str(name), "trained": trained, "reached": "; ".join(reached),
-                    "status": _status(learned, judged) if judged else "all runs diverged",
-                    "learned": learned, "judged": judged})
+                    "status": status, "says": _says(status, converged, len(ok)),
+                    "learned": learned, "judged": judged, "converged": converged})
     return out
+
+
+def _says(status: str, converged: int | None, n: int) -> str:
+    """The status as the headline prints it, first: the learning gate's word and, for LDL, how many
+    runs converged — two tests, said as two, so that "learned" (half the gap to uniform attention
+    closed) never reads as contradicting "0 of 2 converged" (10⁻² of it reached)."""
+    if converged is None or not n:
+        return status
+    joint = "but" if status == "learned" and converged < n else "and"
+    conv = "none" if converged == 0 else ("all" if converged == n else f"{converged}")
+    return (f"{status} (≥ {LEARNED:.0%} of the gap to uniform attention's loss closed), {joint} {conv} of {n} run"
+            f"{'s' if n != 1 else ''} converged (train loss ≤ 10⁻² × uniform attention's)")
 
 
 def _at_length_N(tabs, ok: pd.DataFrame) -> pd.DataFrame | None:
@@ -136,7 +149,7 @@ def learning_sentence(outcomes: list[dict]) -> str:
 
 def claim_counts(verdicts: pd.DataFrame, robustness: dict | None = None) -> list[dict]:
     """Per claim (and model where several judge it), its per-setting rows counted by verdict, with
-    the fragile count from `robustness` (icl.report.claim_robustness)."""
+    the fragile count from `robustness` (icl.report.page.claim_robustness)."""
     rows = verdicts[verdicts["scope"] != "run"] if "scope" in verdicts else verdicts
     out = []
     for cid, g in rows.groupby("claim_id", sort=False):
@@ -158,24 +171,61 @@ def _first_sentence(text: str, limit: int = 260) -> str:
     return cut if len(cut) <= limit else cut[:limit].rsplit(" ", 1)[0] + " …"
 
 
+def _where(bad: pd.DataFrame, every: list[str]) -> str:
+    """The settings of failing rows, by aspect: "oscillation: every delta × N (9)" where an aspect
+    fails in each of the claim's settings (`every`), else the settings named in their natural order
+    ("delta=1.5, N=50; delta=3, N=50"), at most `most` of them."""
+    parts = bad["group"].map(setting_of)
+    out = []
+    for aspect in dict.fromkeys(a for _, a in parts):
+        settings = sorted({s for s, a in parts if a == aspect}, key=_setting_key)
+        if len(settings) > 2 and set(settings) == set(every):
+            keys = " × ".join(dict.fromkeys(k.split("=")[0].strip() for k in settings[0].split(",")))
+            named = f"every {keys} ({len(settings)})"
+        else:
+            most = 8
+            named = "; ".join(s or "all runs" for s in settings[:most]) + \
+                (f"; and {len(settings) - most} more" if len(settings) > most else "")
+        out.append(f"{aspect}: {named}" if aspect else named)
+    return " | ".join(out)
+
+
+def _commonest(reasons: pd.Series) -> tuple[str, int]:
+    """The commonest reason (compared with their numbers masked) in its first row's own words, and
+    how many rows give it."""
+    reasons = reasons.fillna("").astype(str)
+    reasons = reasons[reasons.str.strip() != ""]
+    if not len(reasons):
+        return "", 0
+    common, n = Counter(reasons.map(_pattern)).most_common(1)[0]
+    return _first_sentence(reasons[reasons.map(_pattern) == common].iloc[0]), n
+
+
 def failing_claims(verdicts: pd.DataFrame) -> list[str]:
-    """One sentence per claim whose per-setting rows read mostly "does not hold": how many, and the
-    most common reason (reasons compared with their numbers masked), in the reason's own words."""
+    """One sentence per claim with a "does not hold" in any setting: per model, in how many of its
+    testable settings (not-testable rows left out of the share) and which, then the commonest reason
+    of its failures (reasons compared with their numbers masked), in the reason's own words."""
     rows = verdicts[verdicts["scope"] != "run"] if "scope" in verdicts else verdicts
     out = []
     for cid, g in rows.groupby("claim_id", sort=False):
         fails = g[g["verdict"] == claims.FAILS]
-        if len(fails) * 2 <= len(g):
+        if fails.empty:
             continue
-        reasons = fails["reason"].fillna("").astype(str)
-        reasons = reasons[reasons.str.strip() != ""]
-        why = ""
-        if len(reasons):
-            common, _ = Counter(reasons.map(_pattern)).most_common(1)[0]
-            why = _first_sentence(reasons[reasons.map(_pattern) == common].iloc[0])
+        parts = []
+        for model, m in g.groupby("model", sort=False):
+            bad = m[m["verdict"] == claims.FAILS]
+            if bad.empty:
+                continue
+            testable = int((m["verdict"] != claims.NOT_TESTABLE).sum())
+            share = (f"all {testable} testable settings" if len(bad) == testable > 1 else
+                     "its one testable setting" if len(bad) == testable == 1 else
+                     f"{len(bad)} of {testable} testable settings")
+            every = [setting_of(x)[0] for x in m["group"]]
+            parts.append(f"for {model} in {share} ({_where(bad, every)})")
+        why, _ = _commonest(fails["reason"])
         claim = claims.CLAIMS.get(claims.base_id(cid), "")
         split = against_text(fails)
-        out.append(f"{cid} ({_first_sentence(claim, 120)}) does not hold in {len(fails)} of {len(g)} settings"
+        out.append(f"{cid} ({_first_sentence(claim, 120)}) does not hold " + "; ".join(parts)
                    + (f" ({split})" if split else "") + (f": {why}" if why else ""))
     return out
 
@@ -188,6 +238,51 @@ def against_text(verdicts: pd.DataFrame) -> str:
         return ""
     n = rows.loc[rows["verdict"] == claims.FAILS, "against"].dropna().astype(str).value_counts()
     return ", ".join(f"against: {a} in {int(n[a])}" for a in claims.AGAINST if n.get(a, 0))
+
+
+def undecided(verdicts: pd.DataFrame) -> str:
+    """Where no claim was decided (no per-setting row holds or fails), the sentence that says so and
+    why: how many rows are inconclusive and how many not testable, each with its commonest reason.
+    "" where something was decided or nothing was judged."""
+    rows = verdicts[verdicts["scope"] != "run"] if "scope" in verdicts else verdicts
+    if rows.empty or rows["verdict"].isin([claims.HOLDS, claims.FAILS]).any():
+        return ""
+    parts = []
+    for v, word in ((claims.NOT_TESTABLE, "not testable"), (claims.UNSURE, "inconclusive")):
+        g = rows[rows["verdict"] == v]
+        if g.empty:
+            continue
+        why, n = _commonest(g["reason"])
+        parts.append(f"{len(g)} {word}" + (f" ({n} of them: {why.rstrip('.')})" if why else ""))
+    return (f"No claim was decided: of {len(rows)} per-setting verdicts none holds or fails; "
+            + "; ".join(parts) + ".")
+
+
+def finding(verdicts: pd.DataFrame, models: list[dict] = ()) -> str:
+    """The index's one line of what an experiment found: the claims that do not hold somewhere
+    (with their models and share of testable settings), those that hold wherever decided, or why
+    nothing was decided."""
+    none = undecided(verdicts)
+    if none:
+        return none
+    rows = verdicts[verdicts["scope"] != "run"] if "scope" in verdicts else verdicts
+    rows = rows[rows["verdict"] != claims.NOT_TESTABLE]
+    fail, hold = [], []
+    for cid, g in rows.groupby("claim_id", sort=False):
+        bad = g[g["verdict"] == claims.FAILS]
+        if len(bad):
+            who = [f"{m}: {int((x['verdict'] == claims.FAILS).sum())} of {len(x)}"
+                   for m, x in g.groupby(g["model"].astype(str), sort=False) if (x["verdict"] == claims.FAILS).any()]
+            fail.append(f"{cid} ({', '.join(who)} testable settings)")
+        elif (g["verdict"] == claims.HOLDS).any():
+            hold.append(cid)
+    out = []
+    if fail:
+        out.append("does not hold: " + "; ".join(fail))
+    if hold:
+        out.append("holds wherever decided: " + ", ".join(hold))
+    line = ". ".join(s[0].upper() + s[1:] for s in out)
+    return (line + ".") if line else ""
 
 
 def setting_of(group: str) -> tuple[str, str]:

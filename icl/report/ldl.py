@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from icl import fits
-from icl.figures import QUALITATIVE, Figure, later, legend_below, palette, png
+from icl.report.figures import QUALITATIVE, Figure, later, legend_below, palette, png
 from icl.theory import ldl
 
 
@@ -99,7 +99,7 @@ def slope_figure(tabs, model, tcol="t_rel_1e-2") -> Figure | None:
     ax.set_xlabel("L (dotted: the flat/sharp split)")
     ax.set_ylabel(f"{tcol} (epochs)")
     ax.set_title("convergence time against L")
-    legend_below(ax, ncol=1, fontsize=6)
+    legend_below(ax, ncol=1, fontsize=7)
     return png(fig)
 
 
@@ -138,7 +138,7 @@ def stability_figure(tabs, model) -> Figure | None:
     ax.set_xlabel("L (dotted: the flat/sharp split)")
     ax.set_ylabel("learning rate")
     ax.set_title("step-size stability")
-    legend_below(ax, ncol=1, fontsize=6)
+    legend_below(ax, ncol=1, fontsize=7)
     return png(fig)
 
 
@@ -159,6 +159,7 @@ def phase_diagram_figure(df, K, N, tcol, tag="") -> Figure | None:
         return None
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.0))
     Ls, Ds = sorted(df["L"].unique()), sorted(df["delta"].unique())
+    narrow = ""
     for ax, col in ((axes[0], tcol), (axes[1], "n_phases")):
         m = df.assign(v=df[col].astype(float)).groupby(["delta", "L"])["v"].median().unstack()
         data = np.ma.masked_invalid(m.reindex(index=Ds, columns=Ls).to_numpy(float))
@@ -167,7 +168,8 @@ def phase_diagram_figure(df, K, N, tcol, tag="") -> Figure | None:
         if col == tcol:
             im = ax.pcolormesh(np.arange(len(Ls) + 1), np.arange(len(Ds) + 1), data, cmap="magma_r", shading="flat",
                                norm=mcolors.LogNorm())
-            fig.colorbar(im, ax=ax, label="epochs (log scale)")
+            narrow = narrow_scale(data, f"{tcol}: the colours span", "epochs", clocked=_clocked(df))
+            fig.colorbar(im, ax=ax, label="epochs (log scale" + ("; a narrow range" if narrow else "") + ")")
             title = f"{tcol}, median over seeds"
         else:
             counts = np.arange(np.floor(data.min()) if data.count() else 1, (np.ceil(data.max()) if data.count() else 3) + 1)
@@ -178,6 +180,8 @@ def phase_diagram_figure(df, K, N, tcol, tag="") -> Figure | None:
             bar = fig.colorbar(im, ax=ax, label="phases (median over seeds)", boundaries=bounds, ticks=counts)
             bar.ax.set_yticklabels([f"{c:g}" for c in counts])
             title = "number of phases, median over seeds"
+            if data.count() and data.min() == data.max():
+                title += f": {data.min():g} in every cell"
         # L* = 1/(Δδ) on the index grid: interpolate in log L
         lstar = [ldl.L_star(K, N, D) for D in Ds]
         xi = np.interp(np.log(lstar), np.log(Ls), np.arange(len(Ls))) + 0.5
@@ -187,8 +191,32 @@ def phase_diagram_figure(df, K, N, tcol, tag="") -> Figure | None:
         ax.set_xlabel("L")
         ax.set_ylabel("Δ")
         ax.set_title(title + tag, fontsize=10)
-    fig.suptitle("cyan: L* = 1/(Δδ), the flat/sharp threshold; hatched: no run crossed or no count", fontsize=9)
+    fig.suptitle("cyan: L* = 1/(Δδ), the flat/sharp threshold; hatched: no run crossed or no count"
+                 + (f"\n{narrow}" if narrow else ""), fontsize=9)
     return png(fig)
+
+
+NARROW = 0.2       # a colour scale whose top is within 20% of its bottom is said to be narrow
+
+
+def _clocked(df: pd.DataFrame) -> bool:
+    """Whether every run's step follows the collapse clock (lr_rule: clock, icl.plan.with_step): the
+    design then sets the crossing times alike, so they are not a finding."""
+    return "lr_rule" in df and df["lr_rule"].astype(str).eq("clock").all()
+
+
+def narrow_scale(data, what: str, unit: str, clocked: bool = False) -> str:
+    """The sentence a figure adds where its colour scale spans a few per cent: the range in numbers
+    (the colours alone read as large differences), and, where the step follows the clock, that the
+    design holds the quantity about constant. "" for a wide scale."""
+    if not np.ma.count(data):
+        return ""
+    lo, hi = float(np.ma.min(data)), float(np.ma.max(data))
+    if lo <= 0 or hi / lo - 1 > NARROW:
+        return ""
+    out = f"{what} only {lo:.3g}–{hi:.3g} {unit} ({hi / lo - 1:.0%})"
+    return out + ("; about constant by design: each run's step follows the collapse clock (lr_rule: clock)"
+                  if clocked else "")
 
 
 def regimes_by_model_table(tabs) -> str:
