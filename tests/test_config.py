@@ -118,7 +118,8 @@ def test_sweep_expansion_and_stable_ids(tiny_raw):
     assert [r.run_id for r in a] == [r.run_id for r in b]
     assert len({r.run_id for r in a}) == 8
     spec = a[0].spec
-    assert a[0].run_id == stable_hash({**spec, "train": {k: v for k, v in spec["train"].items() if k != "checkpoint_every"}})
+    assert a[0].run_id == stable_hash({**spec, "train": {k: v for k, v in spec["train"].items()
+                                                            if k not in ("checkpoint_every", "compile")}})
     # checkpoint frequency does not change a run's numbers, so not its id; a learning rate does
     other = copy.deepcopy(tiny_raw)
     other["experiments"]["tiny"]["train"]["checkpoint_every"] = 2

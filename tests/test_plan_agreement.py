@@ -80,4 +80,6 @@ def test_zip_group_is_one_key_of_the_plan_order(tiny_raw):
     before_shards, after_shards = set(base.values()), set(after.values())
     kept = before_shards & after_shards
     retrain = sum(1 for s in after.values() if s not in kept)
-    assert len(kept) >= len(before_shards) - 3 and retrain <= 20 + 2 * 64, (len(kept), retrain)
+    # at most three shards' cuts move (a full shard pushes its cut on to the next boundary), so
+    # what retrains is the 20 new runs and at most those three shards
+    assert len(kept) >= len(before_shards) - 3 and retrain <= 20 + 3 * 64, (len(kept), retrain)
