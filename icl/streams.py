@@ -41,34 +41,60 @@ def run_keys(seeds: torch.Tensor, stream, purpose: int) -> tuple[torch.Tensor, t
     return k0, triple32(k0 ^ 0x85EBCA6B ^ purpose)
 
 
+CHUNK = 2**22     # values a draw makes at once over all runs: bounds its transient memory (~40 bytes a value)
+
+
 class Stream:
     """The draws of one stream (an epoch) for every run of an ensemble: `seeds` (R,) an int64 tensor
     on the device drawn on. Each call names its purpose (a small integer), so that what one draw
-    takes never shifts another's numbers, and its shape per run; the result has a leading run axis."""
+    takes never shifts another's numbers, and its shape per run; the result has a leading run axis.
+    A draw is made in spans of its counters (CHUNK values over all runs at a time): the same
+    numbers as at once, with temporaries that do not grow with the draw."""
 
     def __init__(self, seeds: torch.Tensor, stream):
         """`stream`: an int, or a 0-dim int64 tensor on the seeds' device (what a compiled draw takes,
         so that it is not compiled again for every epoch)."""
         self.seeds, self.stream, self.device = seeds, stream, seeds.device
 
-    def bits(self, purpose: int, shape: tuple) -> torch.Tensor:
-        """32 random bits (int64 in [0, 2^32)) for each element of a (R, *shape) draw."""
-        k0, k1 = (k.view(-1, *[1] * len(shape)) for k in run_keys(self.seeds, self.stream, purpose))
-        counter = torch.arange(math.prod(shape), dtype=torch.int64, device=self.device).view(shape)
-        return triple32(triple32(counter ^ k0) ^ k1)
+    def _keys(self, purpose: int):
+        return tuple(k.view(-1, 1) for k in run_keys(self.seeds, self.stream, purpose))
+
+    def _spans(self, n: int):
+        step = max(1, CHUNK // max(1, self.seeds.shape[0]))
+        return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
+
+    def _uniform64(self, keys, lo: int, hi: int) -> torch.Tensor:
+        """U(0, 1) in float64 at counters lo..hi−1 of every run: (top 24 bits of the hash + ½) / 2^24."""
+        k0, k1 = keys
+        bits = triple32(triple32(torch.arange(lo, hi, dtype=torch.int64, device=self.device) ^ k0) ^ k1)
+        return ((bits >> 8).to(torch.float64) + 0.5) * 2.0 ** -24
 
     def uniform(self, purpose: int, shape: tuple, dtype=torch.float32) -> torch.Tensor:
-        """U(0, 1), never 0 or 1: (top 24 bits + ½) / 2^24."""
-        return (((self.bits(purpose, shape) >> 8).to(torch.float64) + 0.5) * 2.0 ** -24).to(dtype)
+        """U(0, 1), never 0 or 1."""
+        n, keys = math.prod(shape), self._keys(purpose)
+        out = torch.empty(self.seeds.shape[0], n, dtype=dtype, device=self.device)
+        for lo, hi in self._spans(n):
+            out[:, lo:hi] = self._uniform64(keys, lo, hi)
+        return out.view(-1, *shape)
 
     def normal(self, purpose: int, shape: tuple, dtype=torch.float32) -> torch.Tensor:
-        """N(0, 1) by Box-Muller on pairs of uniforms, in float64, then rounded to `dtype`."""
-        n = math.prod(shape)
-        u = self.uniform(purpose, (2, (n + 1) // 2), torch.float64)
-        r, theta = torch.sqrt(-2.0 * torch.log(u[:, 0])), (2 * math.pi) * u[:, 1]
-        z = torch.stack([r * torch.cos(theta), r * torch.sin(theta)], -1).flatten(1)[:, :n]
-        return z.reshape(-1, *shape).to(dtype)
+        """N(0, 1) by Box-Muller, in float64, then rounded to `dtype`: value 2i is r_i·cos θ_i and
+        2i+1 is r_i·sin θ_i, with r_i from the uniform at counter i and θ_i from counter m + i
+        (m = ⌈n/2⌉ pairs)."""
+        n, keys = math.prod(shape), self._keys(purpose)
+        m = (n + 1) // 2
+        out = torch.empty(self.seeds.shape[0], m, 2, dtype=dtype, device=self.device)
+        for lo, hi in self._spans(m):
+            r = self._uniform64(keys, lo, hi).log_().mul_(-2.0).sqrt_()
+            theta = self._uniform64(keys, m + lo, m + hi).mul_(2 * math.pi)
+            out[:, lo:hi, 0] = r * theta.cos()
+            out[:, lo:hi, 1] = r.mul_(theta.sin_())
+        return out.view(-1, 2 * m)[:, :n].reshape(-1, *shape)
 
     def exponential(self, purpose: int, shape: tuple, dtype=torch.float32) -> torch.Tensor:
         """Exp(1): −log U."""
-        return (-torch.log(self.uniform(purpose, shape, torch.float64))).to(dtype)
+        n, keys = math.prod(shape), self._keys(purpose)
+        out = torch.empty(self.seeds.shape[0], n, dtype=dtype, device=self.device)
+        for lo, hi in self._spans(n):
+            out[:, lo:hi] = self._uniform64(keys, lo, hi).log_().neg_()
+        return out.view(-1, *shape)

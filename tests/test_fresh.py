@@ -69,6 +69,17 @@ def test_a_runs_draws_do_not_depend_on_the_runs_beside_it():
     assert k0[0] == k0[1] != k0[2] and k0[0] != run_keys(torch.tensor([3]), 7, 2)[0][0] and k0[0] != k1[0]
 
 
+def test_a_draw_in_spans_equals_it_at_once(monkeypatch):
+    """A draw is made CHUNK values at a time (its memory bounded); its numbers are the same."""
+    import icl.streams as streams
+    st = Stream(torch.tensor([3, 5, 9]), 1000007)
+    whole = [st.normal(1, (7, 9, 5)), st.uniform(2, (11, 3)), st.exponential(3, (13,))]
+    monkeypatch.setattr(streams, "CHUNK", 7)                 # 2 values a run at a time, odd spans
+    parts = [st.normal(1, (7, 9, 5)), st.uniform(2, (11, 3)), st.exponential(3, (13,))]
+    for a, b in zip(whole, parts):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 def _specs(tokens, task, N=20, P=4000, seeds=(0, 1)):
     raw = {"experiments": {"f": {"tokens": tokens, "task": task, "prompts": {"N": N, "train": P, "test": 4},
                                  "models": [{"name": "m", "kind": "lsa", "optimizer": "adam", "lr": 1e-2}],
