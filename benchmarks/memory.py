@@ -65,7 +65,8 @@ def one(name: str, runs: int) -> None:
     from icl.config import validate
     from icl.data import write_dataset
     from icl.plan import plan, run_bytes
-    from icl.train import train_shard
+    import torch
+    from icl.train import train_ensemble
     cfg = validate(config(name, runs))
     recs = plan(cfg, "mem")
     with tempfile.TemporaryDirectory() as tmp:
@@ -75,8 +76,10 @@ def one(name: str, runs: int) -> None:
                 paths[r.data_id] = os.path.join(tmp, f"{r.data_id}.npz")
                 write_dataset(r.data_spec, paths[r.data_id])
         base = peak_mb()
-        train_shard([{"run_id": r.run_id, "data_id": r.data_id, "spec": r.spec} for r in recs], paths,
-                    os.path.join(tmp, "s.npz"), device="cpu", label="mem")
+        # one ensemble of all the runs: what Model.train_bytes estimates a run of (train_shard would
+        # cut a shard past the kind's ensemble cap into chunks, and hold one at a time)
+        train_ensemble([{"run_id": r.run_id, "data_id": r.data_id, "spec": r.spec} for r in recs], paths,
+                       os.path.join(tmp, "s.npz"), torch.device("cpu"), label="mem")
     peak = peak_mb()
     print(json.dumps({"peak_mb": peak, "before_mb": base, "estimate_mb": run_bytes(recs[0].spec) / 2**20}))
 

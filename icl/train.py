@@ -372,7 +372,7 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
     dev = pick_device(device)
     size = chunk_size(runs, dev)
     if size >= len(runs):
-        return _train_write(runs, data_paths, out_path, dev, threads, label)
+        return train_ensemble(runs, data_paths, out_path, dev, threads, label)
     parts = [runs[i:i + size] for i in range(0, len(runs), size)]
     paths = [f"{out_path}.chunk-{stable_hash(sorted(r['run_id'] for r in part), 10)}.npz" for part in parts]
     todo = [(part, p, f"{label}/{i + 1}-of-{len(parts)}") for i, (part, p) in enumerate(zip(parts, paths))
@@ -385,7 +385,7 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
             work.results()
     else:
         for part, p, lbl in todo:
-            _train_write(part, data_paths, p, dev, threads, lbl)
+            train_ensemble(part, data_paths, p, dev, threads, lbl)
     chunks = [dict(np.load(p)) for p in paths]
     out = {k: (np.concatenate([c[k] for c in chunks]) if k not in PER_SHARD else chunks[0][k]) for k in chunks[0]}
     out["seconds"] = np.asarray(sum(float(c["seconds"]) for c in chunks))
@@ -399,11 +399,14 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
 
 def _chunk_job(item) -> None:
     part, data_paths, path, dev, threads, label = item
-    _train_write(part, data_paths, path, dev, threads, label)
+    train_ensemble(part, data_paths, path, dev, threads, label)
 
 
-def _train_write(runs: list[dict], data_paths: dict, out_path: str, dev, threads: int | None, label: str) -> dict:
-    """Train one ensemble of runs and write its .npz (atomically; its checkpoint beside it)."""
+def train_ensemble(runs: list[dict], data_paths: dict, out_path: str, dev, threads: int | None = None,
+                   label: str = "shard") -> dict:
+    """Train these runs as one ensemble, whatever their number, and write its .npz (atomically; its
+    checkpoint beside it). train_shard calls it on each chunk; benchmarks/memory.py on a shard whole,
+    since the per-run memory it measures is an ensemble's."""
     if threads:
         torch.set_num_threads(threads)
     tr = runs[0]["spec"]["train"]

@@ -190,7 +190,9 @@ def matrix_figure(tabs) -> Figure | None:
     T = np.asarray(target).reshape(d, d)
     vmax = max(np.abs(T).max(), np.abs(last).max())
     for ax, m, title in ((axes[0], last, "learned w22·W11ᵀ"), (axes[1], T, "theory target")):
-        sns.heatmap(m, ax=ax, cmap="RdBu_r", vmin=-vmax, vmax=vmax, annot=d <= 6, fmt=".2f", square=True, cbar=False)
+        every = -(-d // 8)                    # at most 8 labelled rows and columns: d = 20 labelled every 3rd
+        sns.heatmap(m, ax=ax, cmap="RdBu_r", vmin=-vmax, vmax=vmax, annot=d <= 6, fmt=".2f", square=True, cbar=False,
+                    xticklabels=every, yticklabels=every)
         ax.set_title(title, fontsize=9)
     cur = tabs["curves"][(tabs["curves"]["metric"] == "dist_target")].merge(runs[["run_id", "N"]], on="run_id")
     colours = palette(runs["N"])
