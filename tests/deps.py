@@ -31,6 +31,21 @@ def declared(dist: str = "icl-dynamics") -> set[str]:
     return seen
 
 
+def vendored(dists: set[str]) -> set[str]:
+    """Top-level modules that these distributions ship inside themselves (setuptools' `_vendor`): a
+    process that imports setuptools puts its `_vendor` folder on sys.path, and `backports.tarfile`,
+    `jaraco` and the others then import by their own names, though no installed distribution owns them."""
+    out = set()
+    for dist in dists:
+        for f in metadata.distribution(dist).files or []:
+            parts = f.parts
+            if "_vendor" in parts[:-1]:
+                name = parts[parts.index("_vendor") + 1]
+                if not name.startswith("_") and not name.endswith((".dist-info", ".lock")):
+                    out.add(name.removesuffix(".py"))
+    return out
+
+
 def imported_modules(stderr: str) -> set[str]:
     """Top-level modules a process imported, from its `python -X importtime` lines."""
     return {m.group(1).split(".")[0] for m in IMPORT_TIME.finditer(stderr)}
@@ -39,8 +54,11 @@ def imported_modules(stderr: str) -> set[str]:
 def undeclared(modules: set[str]) -> dict[str, list[str]]:
     """The imported modules whose distributions are installed but not declared: {module: owners}."""
     owners, allowed, out = metadata.packages_distributions(), declared(), {}
+    inside = vendored(allowed)
     for mod in sorted(modules):
         if mod in sys.stdlib_module_names or mod in OWN or mod.startswith(("__editable__", "_sysconfigdata")):
+            continue
+        if mod in inside:            # whether sys.path has the `_vendor` folder depends on what ran before
             continue
         dists = owners.get(mod)
         if dists is None:

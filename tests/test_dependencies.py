@@ -43,3 +43,14 @@ def test_the_slurm_profile_loads_only_declared_dependencies(tmp_path):
     imported = imported_modules(res.stderr)
     assert "snakemake_executor_plugin_slurm" in imported
     assert undeclared(imported) == {}
+
+
+def test_what_setuptools_vendors_counts_as_setuptools():
+    """torch requires setuptools, and a process that imports it (torch.compile's inductor does) puts
+    setuptools/_vendor on sys.path: its `backports.tarfile` then looks like a distribution of its own.
+    Checked in a fresh process, as after make check's compile test, which made this test flaky."""
+    code = ("import sys; sys.path.insert(0, 'tests'); import setuptools, jaraco.context; "
+            "from deps import undeclared; print(sorted(undeclared({'backports', 'jaraco', 'torch', 'pytest'})))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split("\n")[-2] == "['pytest']"
