@@ -25,7 +25,11 @@ def cmd_check(args) -> None:
         from icl.estimate import estimate, report
         device = args.device or cfg.get("device", "auto")
         rows = estimate(cfg, device=device, progress=lambda text: print(text, file=sys.stderr, flush=True))
-        print(f"\npredicted training on this machine ({device}; evaluation under shift not included):")
+        if rows and rows[0]["basis"] == "FLOPs":
+            from icl.estimate import flop_note
+            print(f"\npredicted training on a CUDA device ({flop_note()}):")
+        else:
+            print(f"\npredicted training on this machine ({device}; evaluation under shift not included):")
         print(report(rows, args.cores or os.cpu_count() or 1))
 
 

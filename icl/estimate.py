@@ -7,6 +7,11 @@ seconds), from its own prompt files, with the threads its job would get; the tim
 files, set-up, one epoch, one logged state, the result) are scaled to every shard of that shape by
 its runs, epochs and logged states, and one Python start-up (measured) is added per job. Evaluation under shift is a step of its own and not included.
 
+Where `--device cuda` is asked for and torch sees no CUDA device, nothing can be timed on one: each
+shape's training FLOPs are counted here instead (torch's FlopCounterMode, on this CPU) and divided
+by the rate the GPT ensemble reached on one H100, every step taking at least what the smallest GPT's
+step took there (`FlopCalibration`); the rows say `basis: FLOPs`, and the command says so.
+
     icl check --estimate config/paper.yaml
     icl check --estimate config/paper.yaml --device cuda     # on a GPU node: that node's figures
 """
@@ -27,6 +32,13 @@ from icl.plan import Run, plan, shape_key, shard_mem_mb, shards, train_threads
 from icl.runtime import log_epochs, pick_device, stable_hash
 
 CALIBRATION_EPOCHS = 3
+# Without a CUDA device to time on: matmul FLOP/s by precision, of the GPT ensemble at the seed's §5
+# shape on one H100 80GB (benchmarks/gpt_throughput.py, 2026-11-25, compiled: tf32 50.7, bf16 98;
+# float32 from issue 34's measurement, 80 run-steps/s at ~0.31 TFLOP a run-step), and the least a
+# step took there (zfb_gpt's shape, 64 runs, tf32 compiled: 2,791 run-steps/s, 23 ms a step), which
+# no smaller step undercuts: kernel launches and elementwise work, not FLOPs, bound it.
+GPU_FLOP_RATE = {"float32": 25e12, "tf32": 50e12, "bf16": 98e12}
+GPU_STEP_FLOOR_S = 0.023
 SMALL = 4             # prompts of the first, cheapest timing
 BUDGET_S = 5.0        # seconds of training a shape's calibration may take beyond its first run
 
@@ -47,6 +59,20 @@ class Calibration:
         logged = len(log_epochs(epochs, log_every))
         per_shard = self.prepare_s + epochs * self.epoch_s + logged * self.log_s + self.write_s
         return startup_s + per_shard * n_runs / self.runs
+
+
+@dataclass
+class FlopCalibration:
+    """A CUDA job's training predicted from its FLOPs, for a machine without a CUDA device: one
+    run's matmul FLOPs an epoch (counted on this CPU), its steps an epoch and the precision's rate.
+    Training steps only (prompt files, logging and writing are small beside them on a GPU)."""
+    run_epoch_flops: float
+    steps_per_epoch: int
+    rate: float
+
+    def seconds(self, n_runs: int, epochs: int, log_every: int, startup_s: float) -> float:
+        step = max(n_runs * self.run_epoch_flops / self.steps_per_epoch / self.rate, GPU_STEP_FLOOR_S)
+        return startup_s + epochs * self.steps_per_epoch * step
 
 
 def startup_seconds() -> float:
@@ -82,15 +108,42 @@ def calibrate(members: list[Run], device: str, threads: int) -> Calibration:
     return _timed(members, device, threads, CALIBRATION_EPOCHS)
 
 
-def _timed(members: list[Run], device: str, threads: int, epochs: int, prompts: int | None = None) -> Calibration:
-    """Train these runs for `epochs` epochs (their own specs, epochs cut, and with `prompts` the
-    training and test prompts too) from their own prompt files in a temporary folder, and time
-    the parts."""
-    import torch
+def flop_calibrate(members: list[Run]) -> FlopCalibration:
+    """One run of this shard, its training epoch's matmul FLOPs counted on this CPU: on its own
+    prompts, or, where it has more than 4 x SMALL, on SMALL and 4 x SMALL and carried along the
+    line through both (an epoch's FLOPs grow linearly with the prompts it passes over)."""
+    spec = members[0].spec
+    p, tr = spec["prompts"], spec["train"]
+    big = 4 * SMALL
+    if p["train"] > big and p["test"] > big:
+        a, b = (_counted(members[:1], n) for n in (SMALL, big))
+        flops = a + (b - a) * (p["train"] - SMALL) / (big - SMALL)
+    else:
+        flops = _counted(members[:1], None)
+    steps = -(-p["train"] // tr["batch_size"]) if tr.get("batch_size") else 1
+    return FlopCalibration(flops, steps, GPU_FLOP_RATE[tr.get("precision") or "tf32"])
+
+
+def _counted(members: list[Run], prompts: int | None) -> float:
+    """Matmul FLOPs of one training epoch of these runs on this CPU (FlopCounterMode), after a
+    first epoch; float32 and eager, as a FLOP is a FLOP at any precision."""
+    from torch.utils.flop_counter import FlopCounterMode
     from icl.data import ensure_datasets
     from icl.train import ShardTraining
-    torch.set_num_threads(threads)
-    dev = pick_device(device)
+    runs = _cut(members, 2, prompts)
+    for r in runs:
+        r["spec"]["train"].update(precision="float32", compile=False)
+    with tempfile.TemporaryDirectory(prefix="icl-estimate-") as tmp:
+        sh = ShardTraining(runs, ensure_datasets(runs, tmp), pick_device("cpu"))
+        sh.train_epoch(0)
+        with FlopCounterMode(display=False) as fc:
+            sh.train_epoch(1)
+    return float(fc.get_total_flops())
+
+
+def _cut(members: list[Run], epochs: int, prompts: int | None) -> list[dict]:
+    """These runs as a job would train them, with `epochs` epochs (all logged at the end) and, given
+    `prompts`, that many training and test prompts."""
     runs = []
     for r in members:
         spec = copy.deepcopy(r.spec)
@@ -101,6 +154,19 @@ def _timed(members: list[Run], device: str, threads: int, epochs: int, prompts: 
             if spec["train"].get("batch_size"):
                 spec["train"]["batch_size"] = min(spec["train"]["batch_size"], prompts)
         runs.append({"run_id": r.run_id, "data_id": stable_hash(data_spec(spec)), "spec": spec})
+    return runs
+
+
+def _timed(members: list[Run], device: str, threads: int, epochs: int, prompts: int | None = None) -> Calibration:
+    """Train these runs for `epochs` epochs (their own specs, epochs cut, and with `prompts` the
+    training and test prompts too) from their own prompt files in a temporary folder, and time
+    the parts."""
+    import torch
+    from icl.data import ensure_datasets
+    from icl.train import ShardTraining
+    torch.set_num_threads(threads)
+    dev = pick_device(device)
+    runs = _cut(members, epochs, prompts)
     with tempfile.TemporaryDirectory(prefix="icl-estimate-") as tmp:
         t = time.perf_counter()
         paths = ensure_datasets(runs, tmp)
@@ -125,7 +191,10 @@ def _timed(members: list[Run], device: str, threads: int, epochs: int, prompts: 
 
 def estimate(cfg: dict, device: str = "auto", progress=None) -> list[dict]:
     """One row per training job of every experiment of a validated config: experiment, shard,
-    runs, predicted seconds and the memory it asks for (mem_mb). Calibrates each shape once."""
+    runs, predicted seconds, the memory it asks for (mem_mb) and the basis of the figure ('timed'
+    here, or 'FLOPs' for `cuda` where there is none to time on). Calibrates each shape once."""
+    import torch
+    by_flops = device == "cuda" and not torch.cuda.is_available()
     startup = startup_seconds()
     rows = []
     for name in cfg["experiments"]:
@@ -137,15 +206,25 @@ def estimate(cfg: dict, device: str = "auto", progress=None) -> list[dict]:
         for names in by_shape.values():
             largest = max(names, key=lambda s: len(by_shard[s]))
             if progress:
-                progress(f"{name}: timing a few epochs of {largest} ({len(by_shard[largest])} runs)")
-            cal = calibrate(by_shard[largest], device, threads)
+                what = "counting the FLOPs of an epoch of" if by_flops else "timing a few epochs of"
+                progress(f"{name}: {what} {largest} ({len(by_shard[largest])} runs)")
+            cal = flop_calibrate(by_shard[largest]) if by_flops else calibrate(by_shard[largest], device, threads)
             for shard in names:
                 members = by_shard[shard]
                 tr = members[0].spec["train"]
                 rows.append({"experiment": name, "shard": shard, "runs": len(members), "threads": threads,
                              "seconds": cal.seconds(len(members), tr["epochs"], tr["log_every"], startup),
-                             "mem_mb": shard_mem_mb(members)})
+                             "mem_mb": shard_mem_mb(members), "basis": "FLOPs" if by_flops else "timed"})
     return rows
+
+
+def flop_note() -> str:
+    """What a FLOP-based estimate assumed, for the command to print with it."""
+    rates = ", ".join(f"{k} {v / 1e12:g}" for k, v in GPU_FLOP_RATE.items())
+    return ("FLOP-based, not timed: torch sees no CUDA device here. Each shape's training FLOPs were counted on "
+            f"this CPU and divided by the GPT ensemble's rate on one H100 ({rates} TFLOP/s), every step taking "
+            f"at least {GPU_STEP_FLOOR_S * 1e3:g} ms (zfb_gpt's shape there); prompt files, logging and writing "
+            "left out. A lower bound where a model is far from that rate; time it on the GPU node itself.")
 
 
 def report(rows: list[dict], cores: int) -> str:

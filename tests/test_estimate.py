@@ -83,3 +83,66 @@ def test_a_curriculum_is_timed_at_its_end(monkeypatch):
     assert seen and all("curriculum" not in t for t in seen)
     assert "curriculum" in runs[0].spec["train"]        # the plan's own spec untouched
     assert cal.epoch_s > 0
+
+
+# ---------------------------------------------------------------- --device cuda without a CUDA device
+
+def test_a_flop_based_job_is_its_steps_at_the_rate_or_at_the_floor():
+    from icl.estimate import GPU_STEP_FLOOR_S, FlopCalibration
+    cal = FlopCalibration(run_epoch_flops=4e12, steps_per_epoch=2, rate=50e12)
+    # 16 runs: 2 steps of 16 x 2e12 FLOP = 0.64 s each, 300 epochs, 1.5 s start-up
+    assert cal.seconds(16, 300, 10, 1.5) == pytest.approx(1.5 + 300 * 2 * 0.64)
+    # a small step is no faster than the floor, whatever its FLOPs
+    small = FlopCalibration(run_epoch_flops=1e6, steps_per_epoch=1, rate=50e12)
+    assert small.seconds(8, 400, 4, 0.0) == pytest.approx(400 * GPU_STEP_FLOOR_S)
+
+
+@pytest.fixture(scope="module")
+def gpt_cfg():
+    raw = copy.deepcopy(TINY)
+    tiny = raw["experiments"]["tiny"]
+    tiny.update(tokens={"kind": "gaussian", "d": 3, "covariance": "identity"}, task={"kind": "linear"},
+                prompts={"N": 6, "train": 40, "test": 40},
+                models=[{"name": "gpt", "kind": "gpt", "optimizer": "adam", "lr": 1e-3, "layers": 2, "heads": 2,
+                         "width": 16, "positional": "none"}])
+    tiny["train"] = {"epochs": 50, "log_every": 10, "checkpoint_every": 50, "fresh": True}   # CUDA's defaults
+    tiny["sweep"] = {"seed": [0, 1]}
+    return validate(raw)
+
+
+def test_the_flops_are_counted_on_the_runs_prompts_and_add_over_runs(gpt_cfg):
+    """40 prompts an epoch are past 4 x SMALL: the line through the counts at SMALL and 4 x SMALL
+    must give what counting on all 40 gives (an epoch's FLOPs are linear in its prompts), and two
+    runs trained together count twice one run's (the ensemble's matmuls are the runs' own)."""
+    from icl.estimate import _counted, flop_calibrate
+    members = shards(plan(gpt_cfg, "tiny"))
+    (two,) = members.values()
+    cal = flop_calibrate(two)
+    assert cal.steps_per_epoch == 1 and cal.rate == 50e12         # tf32, CUDA's default precision
+    assert cal.run_epoch_flops == pytest.approx(_counted(two[:1], None), rel=1e-9)
+    assert _counted(two, None) == pytest.approx(2 * cal.run_epoch_flops, rel=1e-9)
+    # by hand, per prompt of 2N + 1 = 13 tokens at width 16: a layer's dense matmuls are 2 x 12 W^2
+    # FLOP a token and its attention 2 x 2 x 13 W; the forward lies between one such layer over every
+    # token and two, and forward plus backward is about three forwards: a count without the backward
+    # (~1/3) or of one run's share wrong by the runs falls outside
+    layer = 13 * (2 * 12 * 16 ** 2 + 4 * 13 * 16)
+    assert 3 * 40 * 13 * 2 * 12 * 16 ** 2 < cal.run_epoch_flops < 4 * 40 * 2 * layer
+
+
+def test_cuda_without_a_cuda_device_is_flop_based_and_says_so(gpt_cfg, tmp_path, monkeypatch):
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    rows = estimate(gpt_cfg, device="cuda")
+    assert {r["basis"] for r in rows} == {"FLOPs"}
+    assert {r["basis"] for r in estimate(gpt_cfg, device="cpu")} == {"timed"}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(gpt_cfg))
+    if not _real_cuda():              # the command, in a process of its own, sees the machine's torch
+        res = subprocess.run([sys.executable, "-m", "icl", "check", "--estimate", "--device", "cuda",
+                              str(tmp_path / "g.yaml")], capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert "FLOP-based, not timed: torch sees no CUDA device here" in res.stdout
+        assert "counting the FLOPs of an epoch of" in res.stderr
+
+
+def _real_cuda() -> bool:
+    return subprocess.run([sys.executable, "-c", "import torch, sys; sys.exit(torch.cuda.is_available())"]).returncode == 1
