@@ -112,8 +112,9 @@ def checkout(tmp_path_factory):
 
 
 def _marked(command):
-    """The estimate of config/paper.yaml times every shape of the paper (minutes): under -m slow."""
-    slow = "--estimate" in command and "config/paper.yaml" in command
+    """The estimate of a shipped config (config/paper.yaml, config/gpt_seeds.yaml) times every shape
+    of it, GPTs among them (a minute or more): under -m slow."""
+    slow = "--estimate" in command and "config/" in command
     return pytest.param(command, marks=pytest.mark.slow if slow else ())
 
 
