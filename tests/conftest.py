@@ -27,9 +27,9 @@ TINY = {
 # whole file at a time in this order (--dist loadfile --no-loadscope-reorder): started first, the
 # long files end together, where last they would leave one worker idle while the other ran a
 # minute-long file alone.
-LONG_FILES = ("test_paper_smoke.py", "slurm/test_slurm.py", "test_readme_commands.py", "test_memory.py",
-              "test_declared_inputs.py", "test_workflow.py", "test_browser.py", "test_reliability.py",
-              "test_evaluate.py", "test_load.py", "test_zfb_gpt_cpu.py", "test_fresh.py", "test_grid_free.py",
+LONG_FILES = ("test_paper_smoke.py", "test_zfb_gpt_cpu.py", "slurm/test_slurm.py", "test_readme_commands.py",
+              "test_memory.py", "test_declared_inputs.py", "test_workflow.py", "test_browser.py",
+              "test_reliability.py", "test_evaluate.py", "test_load.py", "test_fresh.py", "test_grid_free.py",
               "test_estimate.py")
 
 

@@ -66,7 +66,7 @@ def smoke_run(tmp_path_factory):
     argv = COMMAND.split()
     argv[0] = str(Path(sys.executable).parent / "snakemake")
     res = subprocess.run([*argv, "-s", str(REPO / "Snakefile")], cwd=wd, capture_output=True, text=True,
-                         timeout=900)
+                         timeout=2700)   # 5 min alone on a fast day; past 15 beside a second worker on a slow one
     assert res.returncode == 0, (res.stdout + res.stderr)[-5000:]
     return wd, res.stdout + res.stderr
 

@@ -42,7 +42,7 @@ def test_smoke_run_draws_the_seeds_figure(tmp_path):
     argv = (COMMAND + " --config smoke=true").split()
     argv[0] = str(Path(sys.executable).parent / "snakemake")
     res = subprocess.run([*argv, "-s", str(REPO / "Snakefile")], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=1500)
+                         timeout=2700)
     assert res.returncode == 0, (res.stdout + res.stderr)[-5000:]
     shift = pd.read_parquet(tmp_path / "results" / "zfb_gpt_cpu_smoke" / "shift.parquet")
     assert set(shift["shift"]) >= {"none", "identity", "random_covariance"}
