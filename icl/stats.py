@@ -2,6 +2,7 @@
 from numpy's PCG64 seeded with `seed`, so the same data and seed give the same interval."""
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -34,6 +35,44 @@ def median_interval(x, seed: int = 0) -> tuple[float, float]:
 
 
 MIN_SEEDS = 5       # a statistic over seeds gets an interval from at least this many; fewer give a range
+
+
+@functools.lru_cache(maxsize=256)
+def t_quantile(p: float, df: int) -> float:
+    """The p-quantile of Student's t with df degrees of freedom, by bisection on its CDF (the
+    density integrated by Simpson's rule from 0): numpy has no t distribution and scipy is no
+    dependency. Cached: a table asks for the same few quantiles again and again."""
+    if not 0 < p < 1 or df < 1:
+        raise ValueError(f"t quantile needs 0 < p < 1 and df ≥ 1, got p={p}, df={df}")
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+
+    def cdf(t: float) -> float:
+        x = np.linspace(0.0, abs(t), 4001)
+        f = c * (1 + x ** 2 / df) ** (-(df + 1) / 2)
+        area = (x[1] - x[0]) / 3 * (f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum())
+        return 0.5 + math.copysign(area, t)
+
+    a, b = -1.0, 1.0
+    while cdf(a) > p:
+        a *= 2
+    while cdf(b) < p:
+        b *= 2
+    for _ in range(60):
+        m = (a + b) / 2
+        a, b = (m, b) if cdf(m) < p else (a, m)
+    return (a + b) / 2
+
+
+def mean_interval(x, level: float = 0.95) -> tuple[float, float, float]:
+    """(mean, lo, hi): the mean of a few independent values (one per seed) and its Student-t
+    interval, mean ± t·s/√n. A percentile bootstrap of five values is about a third too narrow
+    (it uses z and the plug-in spread); the t interval keeps its coverage at n = 5. NaN bounds
+    with fewer than two values."""
+    x = np.asarray(x, float)
+    if len(x) < 2:
+        return (float(x.mean()) if len(x) else math.nan), math.nan, math.nan
+    m, h = float(x.mean()), t_quantile(0.5 + level / 2, len(x) - 1) * float(x.std(ddof=1)) / math.sqrt(len(x))
+    return m, m - h, m + h
 
 
 def _binom_tail(k: int, n: int, p: float, upper: bool) -> float:

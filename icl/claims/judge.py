@@ -102,13 +102,16 @@ ALTERNATIVES = {"L* halved": Choices(lstar=0.5), "L* doubled": Choices(lstar=2.0
 
 
 def judge(lo: float, hi: float, band: Band, choices: Choices = DEFAULT, what: str = "the measurement",
-          no_interval: str = "") -> tuple[str, str]:
+          no_interval: str = "", at_bound: bool = False) -> tuple[str, str]:
     """(verdict, reason) of an interval [lo, hi] against a band. An interval of zero width
     (lo == hi up to float rounding: a bootstrap of values that are all alike) is inconclusive: it is no evidence of
-    precision (exact intervals, `share`'s, never have zero width)."""
+    precision (exact intervals, `share`'s, never have zero width). `at_bound`: the interval is
+    [0, 0] because a quantity ≥ 0 had its whole interval clipped there (a root-mean-square whose
+    mean square lies below 0, the test noise larger than the deviation), a bound and not a
+    degenerate resample, so it is judged."""
     if not (np.isfinite(lo) and np.isfinite(hi)):
         return UNSURE, no_interval or f"{what} has no interval (too few independent runs), so it cannot hold"
-    if math.isclose(lo, hi, rel_tol=1e-9, abs_tol=1e-12):      # every resample alike (up to float rounding)
+    if math.isclose(lo, hi, rel_tol=1e-9, abs_tol=1e-12) and not at_bound:   # every resample alike (up to float rounding)
         return UNSURE, (f"{what}'s interval [{fmt(lo)}, {fmt(hi)}] has zero width: every resample gave the same "
                         f"value, which measures no spread between runs, so it decides nothing")
     at = (lo + hi) / 2                   # a band's width is varied at the edge nearest the measurement

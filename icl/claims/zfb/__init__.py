@@ -11,7 +11,12 @@ with the numbers. It calls every claim on each setting (`Setting`); judge.robust
 half as wide and half again as wide and lists in `fragile` the choices that flip it.
 
 Conventions that hold throughout:
-- intervals: 95%, from the standard errors that evaluation measured on its test prompts
+- seeds: a row is judged over its setting's seeds (setting.with_seed_values): each seed's value
+  measured as below, the row's value their mean and its interval the 95% Student-t interval over
+  them, on at least MIN_SEEDS (5) seeds; with fewer the row has no interval and is inconclusive,
+  saying so. The test prompts measure one trained model's test noise, not how another seed trains,
+  so the intervals below are each seed's, in the measurement sentence, and decide nothing alone;
+- intervals within a seed: 95%, from the standard errors that evaluation measured on its test prompts
   (shift.parquet's mse_se, slope_se: 1000 prompts per cell by default), combined over a
   setting's runs and test lengths (ratios by the delta method), or from a bootstrap over the
   logged epochs of the last fifth of training (zfb.optimum); the worst of several test lengths
@@ -42,7 +47,7 @@ from __future__ import annotations
 import pandas as pd
 
 from icl.claims import CLAIMS, NOT_TESTABLE, verdict
-from icl.claims.judge import by_setting, exclude, robust, settings
+from icl.claims.judge import DEFAULT, by_setting, exclude, robust, settings
 from icl.claims.learned import gate
 from icl.claims.zfb.convergence import optimum
 from icl.claims.zfb.error_and_slope import longer_prompts, query_shift, random_covariance, scaling, thm42
@@ -51,7 +56,7 @@ from icl.claims.zfb.inputs import (BEYOND_LINEAR, LINEAR_ATTENTION, RUN_COLS, TR
 from icl.claims.zfb.matrices import run_matrices
 from icl.claims.zfb.nonlinear import at_length_N, beyond_lsa, gpt_in_distribution, learning_criteria
 from icl.claims.zfb.positions import length_spike, spike_vs_variance
-from icl.claims.zfb.setting import Setting
+from icl.claims.zfb.setting import Setting, with_seed_values
 from icl.models import kinds
 
 # claim, the model kinds it reads (by their traits), and why it is not testable where the experiment has none
@@ -139,7 +144,8 @@ def verdicts(tabs) -> list[dict]:
             rows.append(verdict(cid, NOT_TESTABLE, prediction=CLAIMS[cid], measurement="—", reason=none_reason))
             continue
         rows += _collapse([r for s in mine for r in
-                           ([_unlearned_row(fn, s)] if s.unlearned else robust(fn, s, uses=("band",)))])
+                           ([_unlearned_row(fn, s)] if s.unlearned else
+                            robust(fn, with_seed_values(fn, s, DEFAULT), uses=("band",)))])
     return rows
 
 

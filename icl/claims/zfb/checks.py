@@ -49,7 +49,8 @@ def _ratio_rows(s: Setting, cid: str, c: pd.DataFrame, what: str, pred_text: str
             continue
         pred = g[pred_col].to_numpy(float)
         r, lo, hi = _pooled(g[what].to_numpy(float) / pred, g[f"{what}_se"].to_numpy(float) / np.abs(pred))
-        v, why = judge(lo, hi, band, choices, f"measured/predicted {what}")
+        st = s.over_seeds(cid, join(group, check), r, lo, hi)
+        v, why = judge(st.lo, st.hi, band, choices, f"measured/predicted {what}", no_interval=st.few)
         if check == "optimisation":
             v, why = _err_sentence(v, why, s, g["run_id"], opt)
         elif v == FAILS:
@@ -63,25 +64,26 @@ def _ratio_rows(s: Setting, cid: str, c: pd.DataFrame, what: str, pred_text: str
         if check == "optimisation" and f"theory_{what}_learned" in g and g[f"theory_{what}_learned"].notna().any():
             gap = float(np.nanmedian(g[f"theory_{what}_learned"] / g[f"theory_{what}"] - 1))
             meas += f"; theory at the learned matrices vs at {opt}: {gap:+.1%}"
-        rows.append(s.row(cid, v, group=join(group, check), prediction=text, measurement=meas, reason=why, value=r,
-                          ci_lo=lo, ci_hi=hi, domain=s.domain() if check == "optimisation" else ""))
+        rows.append(s.row(cid, v, group=join(group, check), prediction=text, measurement=meas + st.text, reason=why,
+                          value=st.value, ci_lo=st.lo, ci_hi=st.hi, domain=s.domain() if check == "optimisation" else ""))
     return rows
 
 
-def _rms(p: np.ndarray, se: np.ndarray, w: np.ndarray) -> tuple[float, float, float]:
+def _rms(p: np.ndarray, se: np.ndarray, w: np.ndarray) -> tuple[float, float, float, float]:
     """The weighted root-mean-square of the true per-cell deviations p_i from their estimates and
     standard errors: T² = Σw(p̂² − se²)/Σw (E[se²] is the variance of p̂, so the test noise comes out
     unbiased), with a 95% interval from the normal approximation Var(p̂²) ≈ 4p̂²se² + 2se⁴, clipped
     at 0. The weights come from the theory, not from the measured se: weighting by 1/se² would
-    favour the cells whose se came out small by chance, and bias T² up."""
+    favour the cells whose se came out small by chance, and bias T² up. Fourth: T² itself, unclipped
+    (what a seed contributes to a mean over seeds)."""
     ok = np.isfinite(p) & np.isfinite(se) & (se > 0) & np.isfinite(w)
     if not ok.any():
-        return math.nan, math.nan, math.nan
+        return math.nan, math.nan, math.nan, math.nan
     p, se, w = p[ok], se[ok], w[ok] / w[ok].sum()
     t2 = float(np.sum(w * (p ** 2 - se ** 2)))
     sd = float(np.sqrt(np.sum(w ** 2 * (4 * p ** 2 * se ** 2 + 2 * se ** 4))))
     root = lambda x: math.sqrt(max(x, 0.0))                   # noqa: E731
-    return root(t2), root(t2 - _z() * sd), root(t2 + _z() * sd)
+    return root(t2), root(t2 - _z() * sd), root(t2 + _z() * sd), t2
 
 
 def _error_rows(s: Setting, cid: str, c: pd.DataFrame, pred_text: str, group: str, choices: Choices) -> list[dict]:
@@ -111,8 +113,10 @@ def _error_rows(s: Setting, cid: str, c: pd.DataFrame, pred_text: str, group: st
         se = a["mse_se"].to_numpy(float) / np.abs(gap)
         # the theory's precision of each cell: a cell's relative s.e. is about the same everywhere, so
         # p's s.e. goes as finite-N value/gap
-        val, lo, hi = _rms(p, se, (gap / a["exact"].to_numpy(float)) ** 2)
-        v, why = judge(lo, hi, band, choices, "the RMS deviation (in units of the N → ∞ gap)")
+        val, lo, hi, t2 = _rms(p, se, (gap / a["exact"].to_numpy(float)) ** 2)
+        st = s.over_seeds(cid, join(group, check), val, lo, hi, square=t2)
+        v, why = judge(st.lo, st.hi, band, choices, "the RMS deviation (in units of the N → ∞ gap)", no_interval=st.few,
+                       at_bound=st.at_bound)
         if check == "optimisation":
             v, why = _err_sentence(v, why, s, g["run_id"], opt)
         elif v == FAILS:
@@ -128,8 +132,9 @@ def _error_rows(s: Setting, cid: str, c: pd.DataFrame, pred_text: str, group: st
                 f"{fmt(float(ratio.max()))}, the worst cell {cell} at {p[i]:+.2f} ± {se[i]:.2f} of its gap; the N → ∞ "
                 f"value ({lim}) is {fmt(float(np.min(a['alt'] / a['exact'])))}–{fmt(float(np.max(a['alt'] / a['exact'])))}"
                 "× the finite-N one")
-        rows.append(s.row(cid, v, group=join(group, check), prediction=text, measurement=meas, reason=why, value=val,
-                          ci_lo=lo, ci_hi=hi, domain=s.domain() if check == "optimisation" else ""))
+        rows.append(s.row(cid, v, group=join(group, check), prediction=text, measurement=meas + st.text, reason=why,
+                          value=st.value, ci_lo=st.lo, ci_hi=st.hi, seed_value=st.seed_value,
+                          domain=s.domain() if check == "optimisation" else ""))
     return rows
 
 

@@ -118,12 +118,13 @@ def longer_prompts(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     r, lo, hi, _ = _ratio_ci(a["mse"], a["mse_se"], float(b["mse"].iloc[0]), float(b["mse_se"].iloc[0]), k=len(a))
     i = int(np.argmax(r))
     band = Band(-math.inf, 1.0, floor=0.0, source="the order the theory states")
-    v, why = judge(float(lo.max()), float(hi.max()), band, choices, "the largest MSE(M)/MSE(N)")
+    st = s.over_seeds(cid, "", float(r[i]), float(lo.max()), float(hi.max()))
+    v, why = judge(st.lo, st.hi, band, choices, "the largest MSE(M)/MSE(N)", no_interval=st.few)
     if v == FAILS:
         why += ": the error rises past the training length"
     meas = (f"largest MSE(M)/MSE(N={N}) {fmt(float(r[i]))} [{fmt(float(lo.max()))}, {fmt(float(hi.max()))}] at M="
             f"{int(a['M'].iloc[i])}; all M > N: {', '.join(f'{int(M)}: {fmt(float(x))}' for M, x in zip(a['M'], r))} "
             f"(means over {int(a['runs'].max())} runs; 95% interval simultaneous over {len(a)} lengths, delta method "
             "on the test prompts' standard errors)")
-    return [s.row(cid, v, prediction=pred, measurement=meas, reason=why, value=float(r[i]), ci_lo=float(lo.max()),
-                  ci_hi=float(hi.max()))]
+    return [s.row(cid, v, prediction=pred, measurement=meas + st.text, reason=why, value=st.value, ci_lo=st.lo,
+                  ci_hi=st.hi)]

@@ -104,13 +104,15 @@ def beyond_lsa(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
                       reason="no 'random_covariance' shift at c = 1 with a test length d ≤ M ≤ N shared with a trained LSA")]
     g, lo, hi, per = _pooled_log_ratio(j)
     band = Band(-math.inf, 1.0, floor=0.0, source="the order the claim states")
-    v, why = judge(lo, hi, band, choices, "the error ratio")
+    st = s.over_seeds(cid, "", g, lo, hi)
+    v, why = judge(st.lo, st.hi, band, choices, "the error ratio", no_interval=st.few)
     if v == FAILS:
         why += f": the {s.kind} does not beat the LSA's limit"
     meas = (f"{s.kind}/LSA error: inverse-variance weighted geometric mean {fmt(g)} [{fmt(lo)}, {fmt(hi)}] over M = "
             f"{', '.join(f'{int(M)}: {fmt(float(x))}' for M, x in zip(per['M'], per['ratio']))} "
             f"({int(per['n'].max())} (N, seed) pairs; 95% interval from the test prompts' standard errors)")
-    return [s.row(cid, v, prediction=pred, measurement=meas, reason=why, value=g, ci_lo=lo, ci_hi=hi)]
+    return [s.row(cid, v, prediction=pred, measurement=meas + st.text, reason=why, value=st.value, ci_lo=st.lo,
+                  ci_hi=st.hi)]
 
 
 def gpt_in_distribution(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
@@ -136,12 +138,14 @@ def gpt_in_distribution(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     rows = []
     g, lo, hi, per = _pooled_log_ratio(j)
     band = Band(-math.inf, 1.0, floor=0.0, source="the order the claim states")
-    v, why = judge(lo, hi, band, choices, "the GPT/LSA error ratio")
+    st = s.over_seeds(cid, "below the LSA", g, lo, hi)
+    v, why = judge(st.lo, st.hi, band, choices, "the GPT/LSA error ratio", no_interval=st.few)
     rows.append(s.row(cid, v, group="below the LSA", prediction="GPT's error below the trained LSA's (d ≤ M ≤ N)",
                       measurement=(f"GPT/LSA error: inverse-variance weighted geometric mean {fmt(g)} [{fmt(lo)}, {fmt(hi)}] over M = "
                                    f"{', '.join(f'{int(M)}: {fmt(float(x))}' for M, x in zip(per['M'], per['ratio']))} "
-                                   f"({int(per['n'].max())} paired runs; 95% interval from the test prompts' standard errors)"),
-                      reason=why, value=g, ci_lo=lo, ci_hi=hi))
+                                   f"({int(per['n'].max())} paired runs; 95% interval from the test prompts' standard errors)"
+                                   + st.text),
+                      reason=why, value=st.value, ci_lo=st.lo, ci_hi=st.hi))
     ols = s.pool[(s.pool["predictor"] == "ols") & (s.pool["shift"] == "none")].drop_duplicates(["eval_id", "M"])
     k = j.merge(ols[["eval_id", "M", "mse", "mse_se"]].rename(columns={"mse": "mse_o", "mse_se": "mse_se_o"}),
                 left_on=["eval_id", "M"], right_on=["eval_id", "M"])
@@ -159,11 +163,12 @@ def gpt_in_distribution(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     p = num / den
     se = np.abs(p) * np.sqrt((per["sg"] ** 2 + per["so"] ** 2) / num ** 2 + (per["sl"] ** 2 + per["so"] ** 2) / den ** 2)
     m, lo, hi = _pooled(p.to_numpy(float), se.to_numpy(float))
-    v, why = judge(lo, hi, band2, choices, "(GPT − OLS)/(LSA − OLS)")
+    st = s.over_seeds(cid, "OLS-level", m, lo, hi)
+    v, why = judge(st.lo, st.hi, band2, choices, "(GPT − OLS)/(LSA − OLS)", no_interval=st.few)
     if v == FAILS:
-        why += ": GPT's error is nearer the LSA's than OLS's" if m > 0 else ": GPT is below OLS by more than the band"
-    rows.append(s.row(cid, v, group="OLS-level", prediction=pred2, value=m, ci_lo=lo, ci_hi=hi, reason=why,
+        why += ": GPT's error is nearer the LSA's than OLS's" if st.value > 0 else ": GPT is below OLS by more than the band"
+    rows.append(s.row(cid, v, group="OLS-level", prediction=pred2, value=st.value, ci_lo=st.lo, ci_hi=st.hi, reason=why,
                       measurement=(f"(GPT − OLS)/(LSA − OLS) {fmt(m)} [{fmt(lo)}, {fmt(hi)}] (inverse-variance mean over "
                                    f"M = {', '.join(str(int(x)) for x in per['M'])}; OLS error {fmt(float(per['o'].max()))} "
-                                   "at most; 95% interval from the test prompts' standard errors)")))
+                                   "at most; 95% interval from the test prompts' standard errors)" + st.text)))
     return rows

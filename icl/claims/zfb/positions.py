@@ -50,11 +50,14 @@ def length_spike(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     z = _z()
     band = Band(1.0, math.inf, source="the order the claim states")
     lo, hi = r * math.exp(-z * sl), r * math.exp(z * sl)
-    v, why = judge(lo, hi, band, choices, "MSE(M*)/MSE(N)")
-    rows = [s.row(cid, v, group="learned positions", prediction=f"MSE({Ms})/MSE({N}) > 1", value=r, ci_lo=lo, ci_hi=hi,
+    st = s.over_seeds(cid, "learned positions", r, lo, hi)
+    v, why = judge(st.lo, st.hi, band, choices, "MSE(M*)/MSE(N)", no_interval=st.few)
+    rows = [s.row(cid, v, group="learned positions", prediction=f"MSE({Ms})/MSE({N}) > 1", value=st.value, ci_lo=st.lo,
+                  ci_hi=st.hi,
                   reason=why + (": no spike past the training length" if v == FAILS else ""),
                   measurement=(f"MSE(M={Ms})/MSE(N={N}) {fmt(r)} [{fmt(lo)}, {fmt(hi)}] (means over "
-                               f"{c['run_id'].nunique()} runs; 95% interval: delta method on the test prompts' standard errors)"))]
+                               f"{c['run_id'].nunique()} runs; 95% interval: delta method on the test prompts' standard errors)"
+                               + st.text))]
     other = s.pool[(s.pool["model_kind"].isin(WITH_POSITIONS)) & (s.pool.get("positional", pd.Series(index=s.pool.index)) == "none")
                    & (s.pool["shift"] == "none") & s.pool["data_id"].isin(c["data_id"])]
     group = "learned vs no positions"
@@ -71,13 +74,14 @@ def length_spike(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
         return rows
     q, sq = sp_l[0] / sp_n[0], math.hypot(sp_l[1], sp_n[1])
     lo, hi = q * math.exp(-z * sq), q * math.exp(z * sq)
-    v, why = judge(lo, hi, band, choices, "the ratio of the two spikes")
-    rows.append(s.row(cid, v, group=group, prediction=pred2, value=q, ci_lo=lo, ci_hi=hi,
+    st = s.over_seeds(cid, group, q, lo, hi)
+    v, why = judge(st.lo, st.hi, band, choices, "the ratio of the two spikes", no_interval=st.few)
+    rows.append(s.row(cid, v, group=group, prediction=pred2, value=st.value, ci_lo=st.lo, ci_hi=st.hi,
                       reason=why + (": removing the positions does not shrink the spike" if v == FAILS else ""),
                       measurement=(f"spike with learned positions {fmt(sp_l[0])}, without {fmt(sp_n[0])} "
                                    f"(model {', '.join(sorted(other['model'].unique()))}); ratio {fmt(q)} [{fmt(lo)}, {fmt(hi)}] "
                                    f"over {mine['data_id'].nunique()} shared training sets; 95% interval: delta method "
-                                   "on the test prompts' standard errors")))
+                                   "on the test prompts' standard errors" + st.text)))
     return rows
 
 
@@ -103,13 +107,15 @@ def spike_vs_variance(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
                 continue
             q, sq = sp[0] / base[0], math.hypot(sp[1], base[1])
             lo, hi = q * math.exp(-_z() * sq), q * math.exp(_z() * sq)
-            v, why = judge(lo, hi, band, choices, "the ratio of the spikes")
-            rows.append(s.row(cid, v, group=f"{kind}, c={cv:g} vs 1", prediction=f"spike at c={cv:g} below the spike at c=1",
-                              value=q, ci_lo=lo, ci_hi=hi,
+            group = f"{kind}, c={cv:g} vs 1"
+            st = s.over_seeds(cid, group, q, lo, hi)
+            v, why = judge(st.lo, st.hi, band, choices, "the ratio of the spikes", no_interval=st.few)
+            rows.append(s.row(cid, v, group=group, prediction=f"spike at c={cv:g} below the spike at c=1",
+                              value=st.value, ci_lo=st.lo, ci_hi=st.hi,
                               reason=why + (": the spike does not shrink at higher variance" if v == FAILS else ""),
                               measurement=(f"MSE({sp[2]})/MSE({N}): {fmt(sp[0])} at c={cv:g}, {fmt(base[0])} at c=1; ratio "
                                            f"{fmt(q)} [{fmt(lo)}, {fmt(hi)}] (95% interval: delta method on the test "
-                                           "prompts' standard errors)")))
+                                           "prompts' standard errors)" + st.text)))
     if not rows:
         rows.append(s.row(cid, NOT_TESTABLE, prediction=pred,
                           reason="no random_covariance or scale shift at c = 1 and c > 1 with test lengths M = N and M > N"))
