@@ -120,9 +120,10 @@ RATE_C = 4.0
 def phase_rate_rows(s: Setting, df, choices: Choices = DEFAULT) -> list[dict]:
     """Prop. 3's bound, per phase (icl.phases on the own attention's logit, the phases the
     `phases` claim counts; summary's qoff_phase_rates): each run's off-diagonal logits' mean path
-    over the own logits' mean rise in phase j, times K − 1, and its median over the runs that
-    have that phase within [0, RATE_C] in a share of runs in [½, 1] (exact binomial interval). K = 2 with softmax's shift invariance:
-    the one off-diagonal logit mirrors the own one step by step, so the rate is 1 by algebra."""
+    over the own logits' mean rise in phase j, times K − 1, within [0, RATE_C] in a share of the
+    runs that have that phase in [½, 1] (exact binomial interval). K = 2 with softmax's shift
+    invariance: the one off-diagonal logit mirrors the own one step by step, so the rate is 1 by
+    algebra (not testable)."""
     cid = "ldl.offdiag_logits"
     K = int(df["K"].iloc[0])
     band = Band(0.0, RATE_C, 0.0, floor=0.0,
@@ -146,7 +147,7 @@ def phase_rate_rows(s: Setting, df, choices: Choices = DEFAULT) -> list[dict]:
                       measurement="no phase rates in summary (tables made before qoff_phase_rates, or no phase found)",
                       reason="no run's logits were measured per phase; remake the tables (icl tables)")]
     floor = (f"; softmax's shift invariance makes each value ≥ 1 (equal when all off-diagonal logits fall "
-             f"together), so the band's lower half cannot be reached" if why else "")
+             f"together), so only its upper edge can be crossed" if why else "")
     within = Band(1.0, 1.0, 0.5, floor=0.0, ceil=1.0)
     rows = []
     for j in range(n):
@@ -155,7 +156,8 @@ def phase_rate_rows(s: Setting, df, choices: Choices = DEFAULT) -> list[dict]:
         r = r[np.isfinite(r)]
         grp = f"rate, phase {j + 1}"
         pj = (f"in phase {j + 1}, (K − 1) × the off-diagonal logits' mean rate over the own logit's in "
-              f"{band.text(choices.band)} (O(1/K), K = {K}) in a share of runs {within.text(choices.band)} (exact binomial interval)")
+              f"{band.text(choices.band)} (O(1/K), K = {K}) in a share of runs {within.text(choices.band)} "
+              f"(exact binomial interval)")
         if not len(r):
             rows.append(s.row(cid, UNSURE, group=grp, prediction=pj,
                               measurement=f"{has} runs have a phase {j + 1}; in none did the own logits rise",
