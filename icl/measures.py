@@ -149,18 +149,46 @@ def memorises(train: np.ndarray, test: np.ndarray) -> np.ndarray:
     return rose & fell & np.isfinite(test[:, -1])
 
 
-def phase_counts(loss: np.ndarray, attn: np.ndarray, epochs: np.ndarray, ref: np.ndarray) -> list:
-    """icl.phases of each run's own logit, from epoch 0 until its loss first falls to
+def phase_window(loss: np.ndarray, ref: float) -> int:
+    """The index of the last epoch the phases are counted over: where the loss first falls to
     PHASE_WINDOW of `ref` (the uniform-attention loss: what a model that learned nothing in
-    context reaches; the end of training if it never does)."""
+    context reaches), or the end of training if it never does."""
+    below = np.asarray(loss, float) / ref <= PHASE_WINDOW
+    return int(np.argmax(below)) if below.any() else len(loss) - 1
+
+
+def phase_counts(loss: np.ndarray, attn: np.ndarray, epochs: np.ndarray, ref: np.ndarray) -> list:
+    """icl.phases of each run's own logit, from epoch 0 to its phase_window."""
     out = []
     for l, a, r in zip(loss, attn, ref):
         if not np.isfinite(a).any():
             out.append(None)
             continue
-        rel = l / r
-        end = int(np.argmax(rel <= PHASE_WINDOW)) if (rel <= PHASE_WINDOW).any() else len(l) - 1
+        end = phase_window(l, r)
         out.append(phases(epochs[:end + 1], logit(a[:end + 1])))
+    return out
+
+
+def phase_rates(q: np.ndarray, epochs: np.ndarray, bounds: list) -> list:
+    """Per run, the off-diagonal logits' mean rate against the own logit's in each phase (what
+    LDL's Props. 2-4 bound: |g_(k,k')| = O(·/K²) against g_k = Θ(·/K), so the ratio is O(1/K)):
+    over the epochs [b_j, b_(j+1)] of phase j (`bounds[r]`: the run's phase boundaries in epochs,
+    its start, icl.phases' ends and the end of its window), the mean over off-diagonal logits
+    q_(i,j) of their path Σ|Δq| (every epoch's change counted, so an oscillation counts in full)
+    over the mean over own logits of their rise; NaN where the own logits did not rise. q (R, E,
+    K, K) on `epochs`."""
+    R, E, K, _ = q.shape
+    off, eye = ~np.eye(K, dtype=bool), np.eye(K, dtype=bool)
+    out = []
+    for r in range(R):
+        b = np.clip(np.searchsorted(epochs, np.asarray(bounds[r], float)), 0, E - 1)
+        rates = []
+        for i, j in zip(b[:-1], b[1:]):
+            seg = q[r, i:j + 1]
+            rise = float((seg[-1] - seg[0])[eye].mean()) if j > i else 0.0
+            path = float(np.abs(np.diff(seg, axis=0))[:, off].sum(0).mean()) if j > i else 0.0
+            rates.append(path / rise if rise > 0 and np.isfinite(path) else np.nan)
+        out.append(rates)
     return out
 
 
@@ -235,6 +263,13 @@ def summary_table(sh: dict) -> pd.DataFrame:
     dyn = logit_dynamics(q) if q is not None and q.size and q.shape[1] > 1 else {}
     for col in ("qoff_rate", "qoff_fell", "qoff_oscillates", "qoff_path_excess", "qown_drop"):
         summ[col] = dyn.get(col, np.full(R, np.nan))
+    if dyn:       # each phase's rate: q on the epochs it was kept on (the trace's every epoch, or the logged ones)
+        q_ep = t_ep if "trace_q_features" in sh else ep
+        ends = [[0.0, *(f.ends if f else []), float(t_ep[phase_window(l, r)])]
+                for f, l, r in zip(found, tl, np.where(np.isfinite(ref), ref, loss0))]
+        summ["qoff_phase_rates"] = pd.Series(phase_rates(q, q_ep, ends), dtype="object")
+    else:
+        summ["qoff_phase_rates"] = pd.Series([[] for _ in range(R)], dtype="object")
     summ["train_seconds"] = float(sh["seconds"]) / R
     summ["device"] = str(sh["device"])
     summ["precision"] = str(sh.get("precision", "float32"))      # what its matmuls ran in (train.precision)

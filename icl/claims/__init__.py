@@ -14,7 +14,7 @@ VERDICTS = (HOLDS, FAILS, UNSURE, NOT_TESTABLE)
 # stable ids (listed in docs/claims.md) and what each claims, in the papers' words
 CLAIMS = {
     "ldl.attention_to_one": "after the loss converges, attention on the query's own feature → 1 (Prop. 1)",
-    "ldl.offdiag_logits": "off-diagonal logits q_{k,k'} fall overall, more slowly than q_k rises, and oscillate (Props. 2-4)",
+    "ldl.offdiag_logits": "in each phase the off-diagonal logits q_{k,k'} move at O(1/K) of q_k's rate and fall overall; they may oscillate (Props. 2-4)",
     "ldl.own_logit_monotone": "the own logit q_k never decreases under GD (Lemma 2: g_k ≥ 0)",
     "ldl.phase_one": "Phase I ends at T1 = Θ(K log K/(ηL²Δ²)), own attention Ω(1/(1+δ)) by then (Prop. 2)",
     "ldl.phases": "two phases in the flat regime, three in the sharp",

@@ -48,14 +48,20 @@ def attention_to_one(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
 
 
 def offdiag_logits(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
-    """Props. 2-4, what Proposition 3 bounds: while q_k rises, the off-diagonal logits q_{k,k'}
-    fall overall, more slowly (rate O(·/K²) against Θ(·/K)). Two rows judged on the runs whose
-    path is dynamics (trained, crossing 10⁻¹ of their start after ≥ 5 steps): `rate` (median
-    −Δq_{k,k'}/Δq_k in (0, 1); not testable where softmax's shift invariance fixes it) and `fall`
-    (the share of runs in which most of them fell, with its exact binomial interval, in [½, 1]);
-    and `oscillation`, an observation no row decides ("oscillates" is the paper's informal word
-    beside Prop. 3's bound): the share of runs whose logits' path is ≥ 2% longer than their net
-    change, with its exact binomial interval."""
+    """Props. 2-4, what Proposition 3 bounds: in each phase the off-diagonal logits q_{k,k'} move at a rate
+    O(·/K²) against the own logit's Θ(·/K), and they fall overall. Judged on the runs whose path is dynamics
+    (trained, crossing 10⁻¹ of their start after ≥ 5 steps). `rate, phase j`, one row per phase (the phases
+    `ldl.phases` counts, icl.phases on the own attention's logit, up to the phase window): each run's mean
+    path Σ|Δq_{k,k'}| of its off-diagonal logits over the mean rise of its own logits in that phase
+    (summary's `qoff_phase_rates`, every epoch's change counted, so an oscillation counts in full), times K
+    − 1, is within [0, RATE_C] = [0, 4] (the rate ≤ 4/(K − 1) of the own one) in a share of the runs that
+    have the phase, with its exact binomial interval, in [½, 1]. Under GD softmax's shift invariance makes
+    each value ≥ 1 (equal when all fall together); with K = 2 it fixes it at 1 and the row reads not
+    testable. `fall`: the share of runs in which most of them fell, with its exact binomial interval, in [½,
+    1]. `oscillation`, an observation no row decides ("oscillates" is the paper's informal word beside Prop.
+    3's bound): the share of runs whose logits' path is ≥ 2% longer than their net change, with its exact
+    binomial interval. The whole-run ratio −Δq_{k,k'}/Δq_k stays in summary as `qoff_rate` and decides
+    nothing."""
     cid = "ldl.offdiag_logits"
     if "qoff_fell" not in s.runs or s.runs["qoff_fell"].isna().all():
         return [s.row(cid, NOT_TESTABLE, prediction="q_{k,k'} falls overall, more slowly than q_k rises",
@@ -66,21 +72,7 @@ def offdiag_logits(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
         return [s.row(cid, NOT_TESTABLE, prediction="q_{k,k'} falls overall, more slowly than q_k rises",
                       measurement=note, reason=f"no run's logits trace dynamics: {note}")]
     s = replace(s, left_out=join(s.left_out, note))
-    rows = []
-    rate_band = Band(0.0, 1.0, 0.0, floor=0.0)
-    pred = "−Δq_(k,k')/Δq_k in (0, 1): slower than the own logit"
-    r = df["qoff_rate"].astype(float).dropna().to_numpy()
-    if (why := shift_identity(df)):
-        rows.append(s.row(cid, NOT_TESTABLE, group="rate", prediction=pred, reason=why,
-                          measurement=f"median rate {fmt(float(np.median(r))) if len(r) else '—'} over {len(df)} runs"))
-    elif not len(r):
-        rows.append(s.row(cid, UNSURE, group="rate", prediction=pred, measurement="the own logits did not rise",
-                          reason="no run's own logit rose, so there is no rate to compare with"))
-    else:
-        lo, hi = boot_median(r)
-        v, why = judge(lo, hi, rate_band, choices, "the median rate")
-        rows.append(s.row(cid, v, group="rate", prediction=pred, value=float(np.median(r)), ci_lo=lo, ci_hi=hi,
-                          reason=why, measurement=f"median over runs {np.median(r):.3f} [{fmt(lo)}, {fmt(hi)}]"))
+    rows = phase_rate_rows(s, df, choices)
     fell = df["qoff_fell"].astype(float).dropna().to_numpy()
     fall_band = Band(1.0, 1.0, 0.5, floor=0.0, ceil=1.0)
     # the median run's share ≥ ½ ⇔ at least half the runs have most of their logits fallen: judged as that
@@ -113,6 +105,75 @@ def offdiag_logits(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
                           measurement=f"{int((ex >= edge).sum())} of {len(ex)} runs oscillate ({osc:.0%}, exact binomial "
                                       f"95% interval [{fmt(lo)}, {fmt(hi)}]): path longer than the net change by a median "
                                       f"{np.median(ex):.3g} (every epoch's logits)"))
+    return rows
+
+
+# Props. 2-4's rate bound as a number: |g_(k,k')| = O(·/K²) against g_k = Θ(·/K). In their proofs (Lemmas 4,
+# 7, 9) the two constants differ by Eq. 4's label-gap constant squared, which inside Eq. 4's domain
+# (the gap per unit LΔ within [EQ4_MIN, 1] = [½, 1] of its small-LΔ value) is at most 4, and by attention
+# factors the lemmas fix at unit order (Attn_n = Θ((1 − Attn_k)/K)): the mean off-diagonal rate is then at
+# most RATE_C/(K − 1) of the own one. Under GD the same algebra that fixes the signed mean (softmax's shift
+# invariance: Σ_k' Δq_(k,k') = −Δq_k) makes (K − 1)·rate ≥ 1, equal to 1 when all fall together.
+RATE_C = 4.0
+
+
+def phase_rate_rows(s: Setting, df, choices: Choices = DEFAULT) -> list[dict]:
+    """Prop. 3's bound, per phase (icl.phases on the own attention's logit, the phases the
+    `phases` claim counts; summary's qoff_phase_rates): each run's off-diagonal logits' mean path
+    over the own logits' mean rise in phase j, times K − 1, within [0, RATE_C] in a share of the
+    runs that have that phase in [½, 1] (exact binomial interval). K = 2 with softmax's shift
+    invariance: the one off-diagonal logit mirrors the own one step by step, so the rate is 1 by
+    algebra (not testable)."""
+    cid = "ldl.offdiag_logits"
+    K = int(df["K"].iloc[0])
+    band = Band(0.0, RATE_C, 0.0, floor=0.0,
+                source="Props. 2-4: |g_(k,k')| = O(·/K²) against g_k = Θ(·/K); the two constants differ in the "
+                       "proofs (Lemmas 4, 7, 9) by Eq. 4's label-gap constant squared, ≤ (1/EQ4_MIN)² = 4 inside "
+                       "Eq. 4's domain, with the lemmas' attention factors at unit order")
+    pred = (f"in each phase, (K − 1) × the off-diagonal logits' mean rate (path Σ|Δq_(k,k')|) over the own logit's "
+            f"(rise Δq_k) in {band.text()}: O(1/K), K = {K}")
+    per_run = [list(v) if isinstance(v, (list, tuple, np.ndarray)) else []
+               for v in (df["qoff_phase_rates"] if "qoff_phase_rates" in df else [[]] * len(df))]
+    n = max((len(v) for v in per_run), default=0)
+    why = shift_identity(df)
+    if why and K == 2:
+        return [s.row(cid, NOT_TESTABLE, group="rate", prediction=pred,
+                      measurement=f"{len(df)} runs; with K = 2 the one off-diagonal logit per query moves by minus "
+                                  f"the own logit's step at every step",
+                      reason=f"{why}; with one off-diagonal logit its path equals the own logit's rise, so the "
+                             f"rate is 1 in every phase by algebra")]
+    if not n:
+        return [s.row(cid, UNSURE, group="rate", prediction=pred,
+                      measurement="no phase rates in summary (tables made before qoff_phase_rates, or no phase found)",
+                      reason="no run's logits were measured per phase; remake the tables (icl tables)")]
+    floor = (f"; softmax's shift invariance makes each value ≥ 1 (equal when all off-diagonal logits fall "
+             f"together), so only its upper edge can be crossed" if why else "")
+    within = Band(1.0, 1.0, 0.5, floor=0.0, ceil=1.0)
+    rows = []
+    for j in range(n):
+        r = (K - 1) * np.array([v[j] for v in per_run if len(v) > j], float)
+        has = len(r)
+        r = r[np.isfinite(r)]
+        grp = f"rate, phase {j + 1}"
+        pj = (f"in phase {j + 1}, (K − 1) × the off-diagonal logits' mean rate over the own logit's in "
+              f"{band.text(choices.band)} (O(1/K), K = {K}) in a share of runs {within.text(choices.band)} "
+              f"(exact binomial interval)")
+        if not len(r):
+            rows.append(s.row(cid, UNSURE, group=grp, prediction=pj,
+                              measurement=f"{has} runs have a phase {j + 1}; in none did the own logits rise",
+                              reason="no own logit rose in this phase, so there is no rate to compare with"))
+            continue
+        # the median run's rate ≤ RATE_C ⇔ at least half the runs' is: judged as that share with its exact
+        # binomial interval (runs whose logits all fall monotonically read 1 to float rounding: a bootstrap of
+        # them has zero width)
+        ok = r <= band.edges(choices.band)[1]
+        sh, lo, hi = share(ok)
+        v, w = judge(lo, hi, within, choices, f"the share of runs whose phase-{j + 1} rate is within the bound")
+        rows.append(s.row(cid, v, group=grp, prediction=pj, value=sh, ci_lo=lo, ci_hi=hi, reason=w + floor,
+                          measurement=f"(K − 1)·rate in phase {j + 1} within {band.text(choices.band)} in "
+                                      f"{int(ok.sum())} of {len(r)} runs [{fmt(lo)}, {fmt(hi)}]; median "
+                                      f"{np.median(r):.3g}, range {r.min():.3g} to {r.max():.3g}; "
+                                      f"{len(df) - has} run(s) have no phase {j + 1}"))
     return rows
 
 

@@ -30,7 +30,8 @@ from icl.theory.ldl import delta_conc
 AGREE = 0.05
 THEOREM, DYNAMICS = "theorem", "dynamics"
 # the claims whose statistic the flow gives (loss, own attention and their crossings); step_size needs
-# a divergence the bounded loss of a label average never has, offdiag_logits the logits it does not log
+# a divergence the bounded loss of a label average never has; offdiag_logits reads the off-diagonal logits
+# per phase, and the flow integrates every S[n, k] but theory_curves keeps only its loss and own attention
 FLOW_CLAIMS = ("ldl.time_vs_eps", "ldl.time_vs_L", "ldl.phase_one", "ldl.phases", "ldl.transition_at_Lstar")
 
 
