@@ -16,6 +16,7 @@ import pytest
 from icl.claims import FAILS, HOLDS, NOT_TESTABLE, UNSURE, zfb
 from icl.claims.judge import DEFAULT
 from icl.claims.zfb.setting import with_seed_values
+from quoted import misquoted
 from icl.baselines import predict_all
 from icl.evaluate import _stats, eval_id, eval_prompts
 from icl.shifts import theory_cell
@@ -749,6 +750,19 @@ def test_a_root_mean_square_is_averaged_over_seeds_as_its_mean_square():
     assert len(squares) == 5 and min(squares) < 0.05 ** 2
     far = rows_of(Exp().lsa(seed_by_seed((0.9,) * 5)).verdicts(), "zfb.thm42", "error; optimisation")[0]
     assert far["verdict"] == FAILS and far["ci_lo"] > 0.5, far
+
+
+def test_reasons_and_measurements_quote_their_rows_numbers():
+    """Issue 35 item 7: a row's reason and its over-seeds sentence quote the row's own value and
+    interval, on rows that hold, do not hold and are inconclusive; a row whose interval is changed
+    after judging is caught."""
+    rows = (Exp(shifts=SCALE).lsa(seed_by_seed((-0.45, 0.45, -0.45, 0.45, 0.0))).verdicts()
+            + Exp().lsa(seed_by_seed((0.9,) * 5)).verdicts())
+    bad, quoted = misquoted(rows)
+    assert not bad and quoted >= 10, bad
+    assert {r["verdict"] for r in rows} >= {HOLDS, FAILS, UNSURE}
+    r = next(r for r in rows if r["verdict"] == UNSURE and "'s interval [" in r["reason"])
+    assert misquoted([{**r, "ci_hi": r["ci_hi"] * 1.1}])[0]
 
 
 def test_fragile_lists_the_band_choices_that_flip_a_row():

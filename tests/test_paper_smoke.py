@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from icl.config import SMOKE, load, smoke_cut, validate
+from quoted import misquoted
 
 REPO = Path(__file__).resolve().parent.parent
 PAPER = REPO / "config" / "paper.yaml"
@@ -82,6 +83,7 @@ def test_every_paper_experiment_runs_to_its_report(smoke_run):
         assert exp in index
         v = pd.read_parquet(wd / "results" / exp / "verdicts.parquet")
         assert len(v) and v["verdict"].notna().all(), exp
+        assert not misquoted(v)[0], (exp, misquoted(v)[0])          # every reason quotes its row's numbers
         epochs = pd.read_parquet(wd / "results" / exp / "curves.parquet", columns=["epoch"])["epoch"]
         assert epochs.max() == SMOKE["epochs"], exp
         assert not (wd / "results" / name).exists()      # a real run's folder is never written
