@@ -287,15 +287,17 @@ def small_legends(fig) -> list[str]:
 
 
 def legend_below(ax, ncol: int = 3, fontsize: float = 7) -> None:
-    """The panel's legend in a strip under the figure, kept out of the panels by the layout, from
+    """The legend of a panel (or of several, `ax` a list: one legend for them all) in a strip under the figure, kept out of the panels by the layout, from
     the artists drawn with a label: it never covers data, lists nothing that is not drawn, and costs
     height, not width (two figures still fit side by side on the page). Entries repeated with one
     label are listed once; the legend takes as few columns as it needs to fit the figure's width
     (long labels wrapped where even one column would not), so it is never clipped at the sides."""
-    fig = ax.get_figure()
+    axes = list(np.ravel(ax)) if isinstance(ax, (list, tuple, np.ndarray)) else [ax]
+    fig = axes[0].get_figure()
     entries = {}                                                      # label -> its first handle
-    for handle, label in zip(*ax.get_legend_handles_labels()):
-        entries.setdefault(label, handle)
+    for one in axes:
+        for handle, label in zip(*one.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
     if not entries:
         return
     labels, handles = list(entries), list(entries.values())
