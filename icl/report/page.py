@@ -110,6 +110,9 @@ def wide_objective(runs: pd.DataFrame) -> bool:
     return "loss" in runs and runs["loss"].astype(str).eq("all").any()
 
 
+CROWDED = 24       # lines one panel may hold (values of `by` × settings): more, and a loss figure has a panel per setting
+
+
 def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test: bool = False,
                 colours: dict | None = None, reference: pd.Series | None = None) -> Figure | None:
     """Train loss per L (or per another run column, `by`), median and min-max band over seeds (one
@@ -117,21 +120,70 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
     mean-field curve dashed; with `test`, the test loss on fresh prompts dotted. `reference`
     (uniform attention's train loss per run_id): its median per value drawn as a level, so a curve
     that ends on it reads "nothing learned". `colours`: the report's colour of each value
-    (figures.palette), so an L looks the same everywhere."""
+    (figures.palette), so an L looks the same everywhere. Where the values times the settings
+    would put more than CROWDED lines on one panel (12 L × 9 settings of Δ and N drew 108), each
+    setting gets a panel of its own, three a row, named in its title, its L a band each."""
     if not Ls:
         return None
     colours = colours or palette(Ls)
-    keys = distinct_settings(runs[runs[by].isin(Ls)], by)
-    if len(Ls) == 1 and keys:       # one value of `by`: each setting a line of its own colour, with its band
-        lines = [(_setting(keys, key), QUALITATIVE[n % len(QUALITATIVE)], g)
-                 for n, (key, g) in enumerate(runs[runs[by] == Ls[0]].groupby(keys, dropna=False))]
-        per = f" (a line per {', '.join(keys)}, band: min–max over seeds)"
+    mine = runs[runs[by].isin(Ls)]
+    keys = distinct_settings(mine, by)
+    settings = list(mine.groupby(keys, dropna=False)) if keys else []
+    if len(Ls) > 1 and len(Ls) * len(settings) > CROWDED:      # a panel per setting
+        panels = [(_setting(keys, key), g) for key, g in settings]
+        per = f" (a panel per {', '.join(keys)}; band: min–max over seeds)"
     else:
-        lines = [(f"{by}={L:g}", colours[float(L)], runs[runs[by] == L]) for L in Ls]
-        per = f" (a line per {', '.join(keys)}: no band)" if keys else ""
-    fig, ax = plt.subplots(figsize=(5.2, 3.4 + 0.2 * -(-(len(lines) + 3) // 3)))
-    mean_field = level = at_query = not_comparable = False
-    markers = {}
+        panels, per = [("", mine)], ""
+    ncol = min(3, len(panels))
+    nrow = -(-len(panels) // ncol)
+    one = len(panels) == 1
+    fig, axes = plt.subplots(nrow, ncol, figsize=(5.2, 3.4 + 0.2 * -(-(len(Ls) + len(settings) + 3) // 3)) if one
+                             else (3.4 * ncol, 2.5 * nrow + 0.9 + 0.2 * -(-(len(Ls) + 3) // 3)),
+                             squeeze=False, sharex=True, sharey=True)
+    drew, markers = set(), {}
+    for ax, (name, rows) in zip(axes.ravel(), panels):
+        sub = distinct_settings(rows, by)
+        if len(Ls) == 1 and sub:       # one value of `by`: each setting a line of its own colour, with its band
+            lines = [(_setting(sub, key), QUALITATIVE[n % len(QUALITATIVE)], g)
+                     for n, (key, g) in enumerate(rows[rows[by] == Ls[0]].groupby(sub, dropna=False))]
+            per = f" (a line per {', '.join(sub)}, band: min–max over seeds)"
+        else:
+            lines = [(f"{by}={L:g}", colours[float(L)], rows[rows[by] == L]) for L in Ls if (rows[by] == L).any()]
+            per = per or (f" (a line per {', '.join(sub)}: no band)" if sub else "")
+        drew |= _loss_panel(ax, curves, lines, by, test, theory_curves, reference, markers)
+        if not one:
+            ax.set_title(name, fontsize=8)
+        ax.set_yscale("log")
+    for ax in axes.ravel()[len(panels):]:
+        ax.axis("off")
+    lead = axes[0][0]
+    setting_legend(lead, markers)
+    if "mean_field" in drew:
+        lead.plot([], [], color="grey", ls="--", label="mean field (LDL Lemma 2)")
+    if test:
+        lead.plot([], [], color="grey", ls=":", label="test loss, fresh prompts (median)")
+    if "at_query" in drew:
+        lead.plot([], [], color="grey", ls=(0, (1, 1)), lw=1.3, label="test loss at the query (median)")
+    if "level" in drew:
+        lead.plot([], [], **REFERENCE, label="uniform attention's loss at the query\n(= nothing learned)")
+    for ax in axes[-1]:
+        ax.set_xlabel("epoch")
+    for ax in axes[:, 0]:
+        ax.set_ylabel(("train " if not test else "") + "loss ½E[(ŷ−y)²] (log)")
+    text = title + per + (" — trained on every x position: uniform attention's level, the query's, not drawn"
+                          if "not_comparable" in drew else "")
+    if one:
+        lead.set_title(text, fontsize=10)
+    else:
+        fig.suptitle(text, fontsize=10)
+    legend_below(axes.ravel()[:len(panels)], ncol=3 if one else 4)
+    return png(fig)
+
+
+def _loss_panel(ax, curves, lines, by, test, theory_curves, reference, markers) -> set[str]:
+    """loss_figure's curves of `lines` (name, colour, runs) on one panel; what it drew of the kinds
+    its legend names (mean_field, level, at_query) and not_comparable."""
+    drew = set()
     for name, color, mine in lines:
         ids = mine["run_id"]
         df = curves[curves["run_id"].isin(ids) & (curves["metric"] == "train_loss")]
@@ -145,56 +197,62 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
             if len(mf):
                 med = mf.groupby("epoch")["value"].median()
                 ax.plot(med.index, med.values, color=color, ls="--", lw=1.1)
-                mean_field = True
+                drew.add("mean_field")
         ref = reference.reindex(ids).dropna() if reference is not None else pd.Series(dtype=float)
         if wide_objective(mine):          # the curve averages every x position; uniform attention's is the query's
             q = curves[curves["run_id"].isin(ids) & (curves["metric"] == "test_query_loss")].groupby("epoch")["value"]
             if len(q):
                 med = q.median()
                 ax.plot(med.index, med.values, color=color, ls=(0, (1, 1)), lw=1.3, gid=f"{name} query median")
-                at_query = True
+                drew.add("at_query")
             else:
-                ref, not_comparable = ref.iloc[:0], True
+                ref = ref.iloc[:0]
+                drew.add("not_comparable")
         if len(ref) and len(df):
             ax.plot([df["epoch"].min(), df["epoch"].max()], [ref.median()] * 2, **{**REFERENCE, "color": color},
                     gid=f"{name} uniform attention")
-            level = True
-    setting_legend(ax, markers)
-    if mean_field:
-        ax.plot([], [], color="grey", ls="--", label="mean field (LDL Lemma 2)")
-    if test:
-        ax.plot([], [], color="grey", ls=":", label="test loss, fresh prompts (median)")
-    if at_query:
-        ax.plot([], [], color="grey", ls=(0, (1, 1)), lw=1.3, label="test loss at the query (median)")
-    if level:
-        ax.plot([], [], **REFERENCE, label="uniform attention's loss at the query\n(= nothing learned)")
-    ax.set_xlabel("epoch")
-    ax.set_ylabel(("train " if not test else "") + "loss ½E[(ŷ−y)²] (log)")
-    ax.set_title(title + per
-                 + (" — trained on every x position: uniform attention's level, the query's, not drawn"
-                    if not_comparable else ""), fontsize=10)
-    legend_below(ax)
-    return png(fig)
+            drew.add("level")
+    return drew
 
 
 def attention_scores_figure(attn, runs, L, K, tag: str = "") -> Figure:
     """Attn_1 (own score of v_1) and Attn_{k,1}: mass a query with feature 1 puts on feature k;
-    1/K, uniform attention's (what every score reads when nothing is learned), as a level."""
+    1/K, uniform attention's (what every score reads when nothing is learned), as a level. Where
+    K scores times the settings of this L would put more than CROWDED lines on one panel, a panel
+    per setting, three a row."""
     mine = runs[runs["L"] == L]
     df = attn[attn["run_id"].isin(mine["run_id"]) & (attn["query_feature"] == 0)]
-    fig, ax = plt.subplots(figsize=(5.2, 4.0))
+    keys = distinct_settings(mine, "L")
+    settings = list(mine.groupby(keys, dropna=False)) if keys else []
+    panels = [(_setting(keys, key), g) for key, g in settings] if K * len(settings) > CROWDED else [("", mine)]
+    ncol = min(3, len(panels))
+    nrow = -(-len(panels) // ncol)
+    one = len(panels) == 1
+    fig, axes = plt.subplots(nrow, ncol, figsize=(5.2, 4.0) if one else (3.4 * ncol, 2.4 * nrow + 1.2),
+                             squeeze=False, sharex=True, sharey=True)
     pal, markers = QUALITATIVE, {}
-    for k in range(K):
-        lab = "Attn₁ (own)" if k == 0 else f"Attn_{{{k + 1},1}}"
-        _per_setting(ax, df[df["key_feature"] == k], mine, "L", "epoch", "attn", lab, pal[k], log=False,
-                     markers=markers)
-    setting_legend(ax, markers)
-    ax.axhline(1 / K, **REFERENCE, label=f"1/K = {1 / K:.2g}: uniform attention\n(= nothing learned)")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("attention score")
-    ax.set_title(f"attention of a v₁ query, L={L:g}{tag}")
-    legend_below(ax)
+    for ax, (name, rows) in zip(axes.ravel(), panels):
+        for k in range(K):
+            lab = "Attn₁ (own)" if k == 0 else f"Attn_{{{k + 1},1}}"
+            _per_setting(ax, df[(df["key_feature"] == k) & df["run_id"].isin(rows["run_id"])], rows, "L", "epoch",
+                         "attn", lab, pal[k % len(pal)], log=False, markers=markers)
+        ax.axhline(1 / K, **REFERENCE, label=f"1/K = {1 / K:.2g}: uniform attention\n(= nothing learned)")
+        ax.set_ylim(-0.02, 1.02)
+        if not one:
+            ax.set_title(name, fontsize=8)
+    for ax in axes.ravel()[len(panels):]:
+        ax.axis("off")
+    setting_legend(axes[0][0], markers)
+    for ax in axes[-1]:
+        ax.set_xlabel("epoch")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("attention score")
+    text = f"attention of a v₁ query, L={L:g}{tag}" + ("" if one else f" (a panel per {', '.join(keys)})")
+    if one:
+        axes[0][0].set_title(text)
+    else:
+        fig.suptitle(text, fontsize=10)
+    legend_below(axes.ravel()[:len(panels)], ncol=3 if one else 4)
     return png(fig)
 
 
@@ -247,7 +305,8 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
     if r["L"].notna().any():
         flat, sharp, thr, how = split_L(r, tables["theory"])
         colours = palette(tables["runs"]["L"])           # every L of the experiment: one colour each
-        figs += [later(loss_figure, curves, r, flat, "(a) loss, flat set", th, colours=colours, reference=uniform),
+        figs += [later(loss_figure, curves, r, flat, "(a) loss, flat set" if thr is not None else
+                       "loss, every L (no single flat/sharp split)", th, colours=colours, reference=uniform),
                  later(loss_figure, curves, r, sharp, "(b) loss, sharp set", th, colours=colours, reference=uniform)]
     else:                      # tasks without a Lipschitz constant (linear): one figure, by prompt length
         flat, sharp = [], []
