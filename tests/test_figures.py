@@ -553,3 +553,25 @@ def test_heads_are_told_apart_and_their_figures_fit_the_page():
     str(maps)
     assert len([ax for ax in _panels(maps.fig) if ax.get_title().startswith("head")]) == 8
     assert maps.fig.get_figwidth() * maps.fig.dpi <= 1150 and maps.problems == [], maps.problems
+
+
+def test_heads_of_different_settings_are_drawn_apart():
+    """Runs of one L with two Δ: each Δ its own head figures, named in their titles, not one median
+    over both."""
+    from icl.report.page import model_section
+    base = _attention(2, 2, K=3)
+    attn = pd.concat([base, base.assign(run_id=base["run_id"] + "3", attn=lambda d: d["attn"] * 0 + 1 / 3)])
+    runs = pd.DataFrame({"run_id": ["a", "b", "a3", "b3"], "model": "m", "model_kind": "block", "optimizer": "gd",
+                         "L": 0.2, "K": 3.0, "N": 10, "delta": [1.0, 1.0, 3.0, 3.0], "seed": [0, 1, 0, 1], "lr": 0.1})
+    curves = pd.DataFrame([{"run_id": r, "epoch": e, "metric": "train_loss", "value": 1 / (1 + e)}
+                           for r in runs["run_id"] for e in (0, 5)])
+    tables = {"runs": runs, "curves": curves, "theory_curves": pd.DataFrame(),
+              "summary": pd.DataFrame({"run_id": runs["run_id"], "diverged": False}),
+              "theory": pd.DataFrame({"run_id": runs["run_id"], "L_split": 1.0, "L_star": 1.0}),
+              "attention": lambda ids: attn[attn["run_id"].isin(ids)]}
+    s = model_section("m", runs, tables, {}, ldl=False)
+    draw_all(s["maps"], processes=1)
+    titles = [f.title for f in s["maps"]]
+    own = [t for t in titles if t.startswith("own-feature")]
+    assert len(own) == 2 and ", delta=1" in own[0] and ", delta=3" in own[1], titles
+    assert [p for f in s["maps"] for p in f.problems] == []

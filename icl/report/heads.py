@@ -4,6 +4,8 @@ training. The LDL figures of the report read the last layer averaged over its he
 attn_own is), so they mean the same for a one-head model and a deep one."""
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib.colors as mcolors
 import matplotlib.pyplot as plt
 import numpy as np
@@ -63,20 +65,30 @@ def head_maps_figure(attn, runs, L, tag: str = "") -> Figure | None:
     heads = sorted(df["head"].unique())
     if not heads:
         return None
-    nrow = -(-len(heads) // MAPS_A_ROW)
-    ncol = -(-len(heads) // nrow)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(2.3 * ncol + 0.8, 2.6 * nrow + 0.3), squeeze=False,
-                             layout="constrained")
-    for n, (ax, h) in enumerate(zip(axes.ravel(), heads)):
-        m = df[df["head"] == h].groupby(["key_feature", "query_feature"])["attn"].mean().unstack()
-        im = draw_map(ax, m)
-        ax.set_title(f"head {h + 1}", fontsize=9)
-        ax.set_ylabel("key feature i" if n % ncol == 0 else "")
-    for ax in axes.ravel()[len(heads):]:
-        ax.axis("off")
-    map_colourbar(fig, axes.ravel()[:len(heads)], im)
+    maps = [(f"head {h + 1}", df[df["head"] == h].groupby(["key_feature", "query_feature"])["attn"].mean().unstack())
+            for h in heads]
     layer = int(attn["layer"].max()) + 1
-    fig.suptitle(f"last layer ({layer}): each head's map at epoch {int(df['epoch'].max())}, L={L:g}{tag}", fontsize=10)
+    return map_figure(maps, f"last layer ({layer}): each head's map at epoch {int(df['epoch'].max())}, L={L:g}{tag}")
+
+
+def map_figure(maps: list[tuple[str, pd.DataFrame]], title: str, per_row: int = MAPS_A_ROW) -> Figure:
+    """K×K maps (their titles and tables), `per_row` a row with one colour bar, under `title`; the
+    figure tall enough for the title as tidy wraps it to the figure's width (a fixed height let a
+    two-line title push the maps' axis labels out of the image)."""
+    nrow = -(-len(maps) // per_row)
+    ncol = -(-len(maps) // nrow)
+    width = 2.3 * ncol + 0.8
+    lines = len(textwrap.wrap(title, max(12, int(width * 72 / (0.55 * 10)))))
+    fig, axes = plt.subplots(nrow, ncol, figsize=(width, 2.6 * nrow + 0.1 + 0.2 * lines), squeeze=False,
+                             layout="constrained")         # constrained: room for the shared colour bar
+    for n, (ax, (name, m)) in enumerate(zip(axes.ravel(), maps)):
+        im = draw_map(ax, m)
+        ax.set_title(name, fontsize=9)
+        ax.set_ylabel("key feature i" if n % ncol == 0 else "")
+    for ax in axes.ravel()[len(maps):]:
+        ax.axis("off")
+    map_colourbar(fig, axes.ravel()[:len(maps)], im)
+    fig.suptitle(title, fontsize=10)
     return png(fig)
 
 

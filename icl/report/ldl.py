@@ -10,6 +10,7 @@ import pandas as pd
 
 from icl import fits
 from icl.report.figures import QUALITATIVE, Figure, later, legend_below, palette, png
+from icl.report.settings import distinct_settings
 from icl.theory import ldl
 
 
@@ -47,8 +48,10 @@ def collapse_figure(tabs, model) -> Figure | None:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("collapse clock τ = η‖v‖⁴·E[(f(v_n) − f(v_k))²]·t")
+    pooled = distinct_settings(tabs["runs"][tabs["runs"]["run_id"].isin(df["run_id"])], "L")
     ax.set_ylabel("train loss / loss₀ (median over seeds)")
-    ax.set_title("every L on one clock: one curve if L only rescales time")
+    ax.set_title("every L on one clock: one curve if L only rescales time"
+                 + (f" (each L's median over seeds and {', '.join(pooled)})" if pooled else ""))
     legend_below(ax, ncol=4)
     return png(fig)
 

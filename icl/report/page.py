@@ -26,6 +26,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape  # noqa: E40
 from icl import claims, tasks  # noqa: E402
 from icl.report import headline as report_headline, heads as report_heads  # noqa: E402
 from icl.report import ldl as report_ldl, zfb as report_zfb  # noqa: E402
+from icl.report.settings import distinct_settings, setting_label, swept_columns  # noqa: E402
 from icl.report.figures import (QUALITATIVE, REFERENCE, Figure, draw_all, later, legend_below, palette, png,  # noqa: E402
                          report_layout, thumbnail)
 from icl.files import atomic_path  # noqa: E402
@@ -49,27 +50,10 @@ def _band(ax, df: pd.DataFrame, x: str, y: str, label: str, color, log: bool) ->
         ax.set_yscale("log")
 
 
-def settings_of(runs: pd.DataFrame, by: str) -> list[str]:
-    """The run settings besides `by` and the seed that vary among `runs` (Δ, c, lr ...): a band
-    over runs that differ in one would pool settings (it spanned 10⁻¹ to 10⁻¹⁴), not seeds."""
-    return [c for c in swept_columns(runs) if c not in (by, "seed") and runs[c].astype(str).nunique() > 1]
-
-
 SETTING_MARKERS = "os^Dvx+P*<>h"     # one per swept setting where the colour says the L (or the feature)
 
 
-def distinct_settings(runs: pd.DataFrame, by: str) -> list[str]:
-    """settings_of less the settings another one fixes (a step the clock sets from Δ and N, a c tied
-    to L): the columns that tell the lines of one `by` value apart, each named once."""
-    keys = settings_of(runs, by)
-    for k in list(keys):
-        rest = [c for c in keys if c != k]
-        if runs.groupby([by, *rest], dropna=False)[k].nunique(dropna=False).max() <= 1:
-            keys.remove(k)
-    return keys
-
-
-def _per_setting(ax, df: pd.DataFrame, runs: pd.DataFrame, by: str, x: str, y: str, label: str, color,
+def _persetting_label(ax, df: pd.DataFrame, runs: pd.DataFrame, by: str, x: str, y: str, label: str, color,
                  log: bool, markers: dict | None = None) -> None:
     """The runs' `y` against `x`: a median and band over seeds where the runs differ in their seed
     only, else one median line per setting (no band), each with its setting's marker (`markers`,
@@ -82,7 +66,7 @@ def _per_setting(ax, df: pd.DataFrame, runs: pd.DataFrame, by: str, x: str, y: s
     markers = {} if markers is None else markers
     for key, g in runs.groupby(keys, dropna=False):
         med = df[df["run_id"].isin(g["run_id"])].groupby(x)[y].median()
-        what = _setting(keys, key)
+        what = setting_label(keys, key)
         mark = markers.setdefault(what, SETTING_MARKERS[len(markers) % len(SETTING_MARKERS)])
         step = max(1, len(med) // 6)            # six marks a line, each setting's a little apart from the next
         ax.plot(med.index, med.values, color=color, lw=0.9, alpha=0.8, marker=mark, ms=3.5, mfc="none",
@@ -97,11 +81,6 @@ def setting_legend(ax, markers: dict) -> None:
     """Grey legend entries for the settings' markers (_per_setting), one per setting."""
     for what, mark in markers.items():
         ax.plot([], [], color="0.35", ls="none", marker=mark, ms=4, mfc="none", label=what)
-
-
-def _setting(keys: list[str], key) -> str:
-    """A group's setting as "token_kind=gaussian, N=20"."""
-    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in zip(keys, np.atleast_1d(key)))
 
 
 def wide_objective(runs: pd.DataFrame) -> bool:
@@ -130,7 +109,7 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
     keys = distinct_settings(mine, by)
     settings = list(mine.groupby(keys, dropna=False)) if keys else []
     if len(Ls) > 1 and len(Ls) * len(settings) > CROWDED:      # a panel per setting
-        panels = [(_setting(keys, key), g) for key, g in settings]
+        panels = [(setting_label(keys, key), g) for key, g in settings]
         per = f" (a panel per {', '.join(keys)}; band: min–max over seeds)"
     else:
         panels, per = [("", mine)], ""
@@ -144,7 +123,7 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
     for ax, (name, rows) in zip(axes.ravel(), panels):
         sub = distinct_settings(rows, by)
         if len(Ls) == 1 and sub:       # one value of `by`: each setting a line of its own colour, with its band
-            lines = [(_setting(sub, key), QUALITATIVE[n % len(QUALITATIVE)], g)
+            lines = [(setting_label(sub, key), QUALITATIVE[n % len(QUALITATIVE)], g)
                      for n, (key, g) in enumerate(rows[rows[by] == Ls[0]].groupby(sub, dropna=False))]
             per = f" (a line per {', '.join(sub)}, band: min–max over seeds)"
         else:
@@ -188,7 +167,7 @@ def _loss_panel(ax, curves, lines, by, test, theory_curves, reference, markers) 
         ids = mine["run_id"]
         df = curves[curves["run_id"].isin(ids) & (curves["metric"] == "train_loss")]
         df = df[df["value"] > 0]
-        _per_setting(ax, df, mine, by, "epoch", "value", name, color, log=True, markers=markers)
+        _persetting_label(ax, df, mine, by, "epoch", "value", name, color, log=True, markers=markers)
         if test:
             med = curves[curves["run_id"].isin(ids) & (curves["metric"] == "test_loss")].groupby("epoch")["value"].median()
             ax.plot(med.index, med.values, color=color, ls=":", lw=1.1)
@@ -224,7 +203,7 @@ def attention_scores_figure(attn, runs, L, K, tag: str = "") -> Figure:
     df = attn[attn["run_id"].isin(mine["run_id"]) & (attn["query_feature"] == 0)]
     keys = distinct_settings(mine, "L")
     settings = list(mine.groupby(keys, dropna=False)) if keys else []
-    panels = [(_setting(keys, key), g) for key, g in settings] if K * len(settings) > CROWDED else [("", mine)]
+    panels = [(setting_label(keys, key), g) for key, g in settings] if K * len(settings) > CROWDED else [("", mine)]
     ncol = min(3, len(panels))
     nrow = -(-len(panels) // ncol)
     one = len(panels) == 1
@@ -234,7 +213,7 @@ def attention_scores_figure(attn, runs, L, K, tag: str = "") -> Figure:
     for ax, (name, rows) in zip(axes.ravel(), panels):
         for k in range(K):
             lab = "Attn₁ (own)" if k == 0 else f"Attn_{{{k + 1},1}}"
-            _per_setting(ax, df[(df["key_feature"] == k) & df["run_id"].isin(rows["run_id"])], rows, "L", "epoch",
+            _persetting_label(ax, df[(df["key_feature"] == k) & df["run_id"].isin(rows["run_id"])], rows, "L", "epoch",
                          "attn", lab, pal[k % len(pal)], log=False, markers=markers)
         ax.axhline(1 / K, **REFERENCE, label=f"1/K = {1 / K:.2g}: uniform attention\n(= nothing learned)")
         ax.set_ylim(-0.02, 1.02)
@@ -262,16 +241,9 @@ def attention_maps_figure(attn, runs, L, epochs_all, tag: str = "") -> Figure:
     ids = runs.loc[runs["L"] == L, "run_id"]
     df = attn[attn["run_id"].isin(ids)]
     picks = sorted({epochs_all[int(round(q * (len(epochs_all) - 1)))] for q in (0, 0.1, 0.25, 0.5, 1.0)})
-    fig, axes = plt.subplots(1, len(picks), figsize=(2.3 * len(picks) + 0.8, 2.9), squeeze=False,
-                             layout="constrained")         # constrained: room for the shared colour bar
-    for n, (ax, e) in enumerate(zip(axes[0], picks)):
-        m = df[df["epoch"] == e].groupby(["key_feature", "query_feature"])["attn"].mean().unstack()
-        im = report_heads.draw_map(ax, m)
-        ax.set_title(f"epoch {e}", fontsize=9)
-        ax.set_ylabel("key feature i" if n == 0 else "")
-    report_heads.map_colourbar(fig, axes[0], im)
-    fig.suptitle(f"attention maps Attn[i, j], L={L:g}{tag} (mean over seeds)", fontsize=10)
-    return png(fig)
+    maps = [(f"epoch {e}", df[df["epoch"] == e].groupby(["key_feature", "query_feature"])["attn"].mean().unstack())
+            for e in picks]
+    return report_heads.map_figure(maps, f"attention maps Attn[i, j], L={L:g}{tag} (mean over seeds)", per_row=5)
 
 
 def split_L(runs: pd.DataFrame, theory: pd.DataFrame) -> tuple[list, list, float | None, str]:
@@ -338,9 +310,13 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
             figs.append(later(attention_scores_figure, mean, rk, L, int(K), which))
             key = key or figs[-1]                       # 1/K drawn: the figure that cannot read as learned
             maps.append(later(attention_maps_figure, mean, rk, L, epochs_all, which))
-            if heads:
-                maps += [later(report_heads.head_maps_figure, attn, rk, L, tag),
-                         later(report_heads.own_by_head_figure, attn, rk, L, tag)]
+            if heads:                                   # a setting's heads apart from another's: no median pools them
+                at = rk[rk["L"] == L]
+                keys = distinct_settings(at, "L")
+                for key, g in (at.groupby(keys, dropna=False) if keys else [(None, at)]):
+                    each = tag + (f", {setting_label(keys, key)}" if keys else "")
+                    maps += [later(report_heads.head_maps_figure, attn, g, L, each),
+                             later(report_heads.own_by_head_figure, attn, g, L, each)]
     if n_div:
         how += f"; {n_div} diverged run(s) left out of these figures (listed above)"
     if not ldl:
@@ -363,7 +339,7 @@ def attention_summary_figure(curves, runs, colours: dict) -> Figure:
             ids = runs["run_id"] if L is None else runs.loc[runs["L"] == L, "run_id"]
             df = curves[curves["run_id"].isin(ids) & (curves["metric"] == metric)]
             mine = runs if L is None else runs[runs["L"] == L]
-            _per_setting(ax, df, mine, "L", "epoch", "value", "all" if L is None else f"L={L:g}", color, log=False,
+            _persetting_label(ax, df, mine, "L", "epoch", "value", "all" if L is None else f"L={L:g}", color, log=False,
                          markers=markers)
         ax.set_xlabel("epoch")
         ax.set_ylabel(lab)
@@ -510,22 +486,11 @@ def headline(experiment: str, exp: dict, tabs: dict, verdicts: pd.DataFrame, ldl
 
 
 # run columns that identify or describe a run rather than set it
-RUN_IDENTITY = {"run_id", "experiment", "shard", "data_id", "config_hash", "code_version", "model_kind", "model"}
 RUN_RESULTS = ["loss0", "final_train_loss", "final_test_loss", "uniform_train_loss", "uniform_test_loss",
                "oracle_test_loss", "attn_own_final", "t_rel_1e-1", "t_rel_1e-2", "t_rel_1e-3", "t_escape", "diverged"]
 
 
-def swept_columns(runs: pd.DataFrame) -> list[str]:
-    """The run settings that vary within a model's runs (what the sweep sets: L, Δ, N, the training
-    law, the seed, a step the clock sets ...), in runs.parquet's order; `lr` always."""
-    out = []
-    for c in runs.columns:
-        if c in RUN_IDENTITY or runs[c].isna().all():
-            continue
-        vals = runs[c].astype(str)
-        if c == "lr" or vals.groupby(runs["model"]).nunique().max() > 1:
-            out.append(c)
-    return out
+
 
 
 def runs_table(runs: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
