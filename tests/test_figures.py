@@ -575,3 +575,15 @@ def test_heads_of_different_settings_are_drawn_apart():
     own = [t for t in titles if t.startswith("own-feature")]
     assert len(own) == 2 and ", delta=1" in own[0] and ", delta=3" in own[1], titles
     assert [p for f in s["maps"] for p in f.problems] == []
+
+
+def test_a_figure_wider_than_the_page_is_a_layout_problem():
+    """The page (1,150 px) shrinks a wider image and its text with it: 13 in at 110 dpi is 1,430 px."""
+    from icl.report.figures import PAGE_PX
+
+    def wide(inches):
+        fig, ax = plt.subplots(figsize=(inches, 3))
+        ax.plot([0, 1], [0, 1])
+        return fig
+    assert any(f"figure 1430 px wide, over the page's {PAGE_PX} px" in p for p in _checked(wide(13)))
+    assert _checked(wide(10.4)) == []

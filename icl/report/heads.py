@@ -77,7 +77,7 @@ def map_figure(maps: list[tuple[str, pd.DataFrame]], title: str, per_row: int = 
     two-line title push the maps' axis labels out of the image)."""
     nrow = -(-len(maps) // per_row)
     ncol = -(-len(maps) // nrow)
-    width = 2.3 * ncol + 0.8
+    width = 1.9 * ncol + 0.8                    # five maps a row: 10.3 in, within the page
     lines = len(textwrap.wrap(title, max(12, int(width * 72 / (0.55 * 10)))))
     fig, axes = plt.subplots(nrow, ncol, figsize=(width, 2.6 * nrow + 0.1 + 0.2 * lines), squeeze=False,
                              layout="constrained")         # constrained: room for the shared colour bar

@@ -190,7 +190,7 @@ def phase_diagram_figure(df, K, N, tcol, tag="") -> Figure | None:
     no run filled (none crossed, or no count) is hatched, as the title says."""
     if df["delta"].nunique() < 2 or df["L"].nunique() < 3:
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.0))
+    fig, axes = plt.subplots(1, 2, figsize=(10.4, 4.0))     # within the page's 1,150 px
     Ls, Ds = sorted(df["L"].unique()), sorted(df["delta"].unique())
     narrow = ""
     for ax, col in ((axes[0], tcol), (axes[1], "n_phases")):
