@@ -226,6 +226,7 @@ def slope_figure(shift: pd.DataFrame) -> Figure | None:
         ax.plot(t.index ** 2, t.values, "--", color=color, lw=1)
     cs = np.linspace(0, d["c"].max() ** 2, 10)
     ax.plot(cs, cs, "k:", lw=1, label="c² (M, N → ∞)")
+    ax.plot([], [], "--", color="grey", lw=1, label="finite-N theory (ZFB eq. 5), a colour per N")
     ax.set_xlabel("c²")
     ax.set_ylabel(f"slope of ŷ on y at M={Mmax}")
     ax.set_title("covariate scaling: slope against c² (dashed: finite-N theory)", fontsize=9)
