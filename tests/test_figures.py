@@ -396,3 +396,194 @@ def test_a_layout_problem_fails_the_report_naming_the_figure():
         report_layout([f, later(line_figure, 2.0)], out)
     assert out.getvalue() == "layout: line 1: [x] a legend covers 3 data point(s)\n"
     assert report_layout([later(line_figure, 2.0)], out) == 0
+
+
+def _legend_texts(fig) -> list[str]:
+    return [t.get_text() for leg in [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]
+            for t in leg.get_texts()]
+
+
+def _legend_px(fig) -> float:
+    """The smallest legend text's height in px at the dpi the figure was drawn at (its natural size)."""
+    return min(t.get_fontsize() * fig.dpi / 72 for leg in [*fig.legends, *(ax.get_legend() for ax in fig.axes
+                                                                           if ax.get_legend())] for t in leg.get_texts())
+
+
+def _panels(fig) -> list:
+    return [ax for ax in fig.axes if ax.get_visible() and ax.axison]
+
+
+def test_repeated_legend_labels_and_crowded_panels_are_layout_problems():
+    """Seven "the flat/sharp split" entries and a panel of 108 lines (ldl_phase_diagram's old
+    convergence-time and loss figures) fail the check; legend_below lists the label once."""
+    from icl.report.figures import MAX_PANEL_LINES, legend_below
+
+    def splits(place):
+        fig, ax = plt.subplots(figsize=(5.2, 4))
+        ax.plot([0.1, 1], [1, 2], label="fit")
+        for x in np.linspace(0.2, 0.8, 7):
+            ax.axvline(x, color="grey", ls=":", label="the flat/sharp split")
+        place(ax)
+        return fig
+    found = _checked(splits(lambda ax: ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)))
+    assert "legend lists 'the flat/sharp split' 7 times" in " ".join(found), found
+    assert not any("times" in p for p in _checked(splits(legend_below)))
+
+    def lines(n):
+        fig, ax = plt.subplots(figsize=(5.2, 3.4))
+        for k in range(n):
+            ax.plot([0, 1], [k, k + 1], color="C0")
+        ax.plot([0, 1], [0, 1], alpha=0)                  # a band's edge: not drawn, not counted
+        return fig
+    assert any(f"{MAX_PANEL_LINES + 1} lines on one panel, over {MAX_PANEL_LINES}" in p
+               for p in _checked(lines(MAX_PANEL_LINES + 1)))
+    assert _checked(lines(MAX_PANEL_LINES)) == []
+
+
+def _grid_sweep(Ls=(0.05, 0.1, 0.2, 0.5, 1.0, 2.0), deltas=(1.5, 3.0, 6.0), Ns=(50, 100), seeds=(0, 1)):
+    """runs, curves and attention of a Δ × N × L sweep (ldl_phase_diagram's shape, smaller)."""
+    runs = pd.DataFrame([{"run_id": f"{d}-{N}-{L}-{s}", "model": "m", "lr": 0.9, "delta": d, "N": N, "L": L, "seed": s}
+                         for d in deltas for N in Ns for L in Ls for s in seeds])
+    ep = np.arange(0, 50, 5)
+    curves = pd.DataFrame([{"run_id": r.run_id, "epoch": e, "metric": "train_loss",
+                            "value": r.L ** 2 / (1 + e * r.delta) * (1 + 0.01 * r.seed)} for r in runs.itertuples()
+                           for e in ep])
+    return runs, curves
+
+
+def test_a_crowded_loss_figure_gets_a_panel_per_setting():
+    """6 L × 6 settings of Δ and N (36 lines, over CROWDED) on one panel could not be told apart:
+    a panel per setting, each titled with it, every L a colour named once; legend text ≥ 9 px."""
+    from icl.report import page as report
+    runs, curves = _grid_sweep()
+    Ls = sorted(runs["L"].unique())
+    f = report.loss_figure(curves, runs, Ls, "loss")
+    str(f)
+    panels = _panels(f.fig)
+    assert [ax.get_title() for ax in panels] == [f"delta={d:g}, N={N}" for d in (1.5, 3.0, 6.0) for N in (50, 100)]
+    assert "a panel per delta, N" in f.fig._suptitle.get_text()
+    labels = _legend_texts(f.fig)
+    assert len(labels) == len(set(labels)) and {f"L={L:g}" for L in Ls} <= set(labels)
+    assert _legend_px(f.fig) >= 9 and f.problems == [], f.problems
+    colours = {ln.get_gid(): ln.get_color() for ln in panels[0].get_lines() if ln.get_gid()}
+    assert len({colours[f"L={L:g} median"] for L in Ls}) == len(Ls)          # an L a colour
+    rows = pd.read_csv(io.StringIO(base64.b64decode(f.csv).decode()))
+    one = rows[(rows["panel"] == "delta=3, N=100") & (rows["series"] == "L=0.5 median")]
+    np.testing.assert_allclose(one["y"], 0.25 / (1 + one["x"] * 3.0) * 1.005, rtol=1e-5)   # its own setting's median
+    few = report.loss_figure(curves, runs[runs["delta"] == 1.5], Ls[:3], "loss")       # 3 L × 2 N: one panel
+    str(few)
+    assert len(_panels(few.fig)) == 1 and few.problems == []
+
+
+def test_a_crowded_attention_figure_gets_a_panel_per_setting():
+    from icl.report import page as report
+    runs, _ = _grid_sweep(Ls=(0.05,))
+    K = 4
+    attn = pd.DataFrame([{"run_id": r, "epoch": e, "query_feature": 0, "key_feature": k,
+                          "attn": 0.25 + (0.7 if k == 0 else -0.7 / 3) * e / 45} for r in runs["run_id"]
+                         for e in range(0, 50, 5) for k in range(K)])
+    f = report.attention_scores_figure(attn, runs, 0.05, K)          # 4 scores × 6 settings = 24: one panel
+    str(f)
+    assert len(_panels(f.fig)) == 1
+    runs9, _ = _grid_sweep(Ls=(0.05,), Ns=(50, 100, 200))
+    attn9 = pd.concat([attn, attn.assign(run_id=attn["run_id"].str.replace("-100-", "-200-"))])
+    f = report.attention_scores_figure(attn9, runs9, 0.05, K)        # 4 × 9 = 36: a panel per setting
+    str(f)
+    assert len(_panels(f.fig)) == 9 and f.problems == [], f.problems
+    labels = _legend_texts(f.fig)
+    assert len(labels) == len(set(labels)) and "Attn₁ (own)" in labels and _legend_px(f.fig) >= 9
+
+
+def test_the_convergence_time_figure_has_a_panel_per_group():
+    """Nine groups (Δ × N) drew 18 dashed theory lines and 9 splits on one panel: now a panel per
+    group with its own split and slopes in its title, each kind of line named once."""
+    from icl.fits import convergence_slopes
+    from icl.report import ldl as report_ldl
+    rows, summ = [], []
+    for d in (1.5, 3.0, 6.0):
+        for N in (50, 100, 200):
+            for L in (0.1, 0.2, 0.4, 1.0, 2.0, 4.0):
+                for s in range(3):
+                    rid = f"{d}-{N}-{L}-{s}"
+                    rows.append({"run_id": rid, "model": "sq", "model_kind": "softmax_q", "lr": 1.0, "delta": d, "K": 4,
+                                 "N": N, "L": L, "seed": s, "probs": None})
+                    summ.append({"run_id": rid, "diverged": False, "loss0": 2.0, "final_train_loss": 1e-3,
+                                 "t_rel_1e-2": 100 * L ** (-0.1 if L < 0.5 else -1.0) * (1 + 0.02 * s)})
+    runs, summ = pd.DataFrame(rows), pd.DataFrame(summ)
+    split = 1 / runs["delta"] * 0.8
+    theory = pd.DataFrame({"run_id": runs["run_id"], "regime": np.where(runs["L"] < split, "flat", "sharp"),
+                           "L_star": split, "L_split": split})
+    tabs = {"runs": runs, "summary": summ, "theory": theory,
+            "slopes": convergence_slopes(runs, summ, theory, tcols=("t_rel_1e-2",))}
+    f = report_ldl.slope_figure(tabs, "sq")
+    str(f)
+    panels = _panels(f.fig)
+    assert len(panels) == 9 and f.problems == [], f.problems
+    for ax in panels:
+        drawn = [ln for ln in ax.get_lines() if len(ln.get_xdata())]               # not the legend's stand-ins
+        assert len([ln for ln in drawn if ln.get_linestyle() == ":"]) == 1                 # its own split only
+        theory = [ln for ln in drawn if ln.get_linestyle() == "--"]
+        assert len(theory) == (2 if ax is panels[0] else len(theory)) <= 2          # a theory line a regime fitted
+    first = panels[0].get_title().split("\n")
+    assert first[0] == "delta=1.5, N=50" and first[1].startswith("flat ") and first[2].startswith("sharp ")
+    split_x = [ln.get_xdata()[0] for ln in panels[0].get_lines() if ln.get_linestyle() == ":" and len(ln.get_xdata())]
+    np.testing.assert_allclose(split_x, 0.8 / 1.5)
+    labels = _legend_texts(f.fig)
+    assert len(labels) == len(set(labels)) == 5 and _legend_px(f.fig) >= 9
+
+
+def test_heads_are_told_apart_and_their_figures_fit_the_page():
+    """Four heads of four layers: each head its own colour and marker (viridis drew heads 1-3 in
+    near teals), named once in a legend of text ≥ 9 px under the panels (uniform's level, drawn in
+    each panel, listed once); layers and maps wrap so neither figure is wider than the page's 1,150 px."""
+    from icl.report import heads as report_heads
+    attn = _attention(4, 4, K=4)
+    runs = pd.DataFrame({"run_id": ["a", "b"], "L": [0.2, 0.2]})
+    own = report_heads.own_by_head_figure(attn, runs, 0.2)
+    str(own)
+    lines = {ln.get_label(): ln for ln in own.fig.axes[0].get_lines() if ln.get_label().startswith("head")}
+    assert len(lines) == 4 and len({ln.get_color() for ln in lines.values()}) == 4
+    assert len({ln.get_marker() for ln in lines.values()}) == 4
+    labels = _legend_texts(own.fig)
+    assert labels == ["head 1", "head 2", "head 3", "head 4", "1/K = 0.25: uniform"]
+    assert _legend_px(own.fig) >= 9 and own.problems == [], own.problems
+    assert len(_panels(own.fig)) == 4 and own.fig.get_figwidth() * own.fig.dpi <= 1150
+    wide = _attention(1, 8, K=3)
+    maps = report_heads.head_maps_figure(wide, runs, 0.2)
+    str(maps)
+    assert len([ax for ax in _panels(maps.fig) if ax.get_title().startswith("head")]) == 8
+    assert maps.fig.get_figwidth() * maps.fig.dpi <= 1150 and maps.problems == [], maps.problems
+
+
+def test_heads_of_different_settings_are_drawn_apart():
+    """Runs of one L with two Δ: each Δ its own head figures, named in their titles, not one median
+    over both."""
+    from icl.report.page import model_section
+    base = _attention(2, 2, K=3)
+    attn = pd.concat([base, base.assign(run_id=base["run_id"] + "3", attn=lambda d: d["attn"] * 0 + 1 / 3)])
+    runs = pd.DataFrame({"run_id": ["a", "b", "a3", "b3"], "model": "m", "model_kind": "block", "optimizer": "gd",
+                         "L": 0.2, "K": 3.0, "N": 10, "delta": [1.0, 1.0, 3.0, 3.0], "seed": [0, 1, 0, 1], "lr": 0.1})
+    curves = pd.DataFrame([{"run_id": r, "epoch": e, "metric": "train_loss", "value": 1 / (1 + e)}
+                           for r in runs["run_id"] for e in (0, 5)])
+    tables = {"runs": runs, "curves": curves, "theory_curves": pd.DataFrame(),
+              "summary": pd.DataFrame({"run_id": runs["run_id"], "diverged": False}),
+              "theory": pd.DataFrame({"run_id": runs["run_id"], "L_split": 1.0, "L_star": 1.0}),
+              "attention": lambda ids: attn[attn["run_id"].isin(ids)]}
+    s = model_section("m", runs, tables, {}, ldl=False)
+    draw_all(s["maps"], processes=1)
+    titles = [f.title for f in s["maps"]]
+    own = [t for t in titles if t.startswith("own-feature")]
+    assert len(own) == 2 and ", delta=1" in own[0] and ", delta=3" in own[1], titles
+    assert [p for f in s["maps"] for p in f.problems] == []
+
+
+def test_a_figure_wider_than_the_page_is_a_layout_problem():
+    """The page (1,150 px) shrinks a wider image and its text with it: 13 in at 110 dpi is 1,430 px."""
+    from icl.report.figures import PAGE_PX
+
+    def wide(inches):
+        fig, ax = plt.subplots(figsize=(inches, 3))
+        ax.plot([0, 1], [0, 1])
+        return fig
+    assert any(f"figure 1430 px wide, over the page's {PAGE_PX} px" in p for p in _checked(wide(13)))
+    assert _checked(wide(10.4)) == []

@@ -249,8 +249,10 @@ def undrawn_entries(fig) -> list[str]:
 def layout_problems(fig, tol: float = 1.0) -> list[str]:
     """What a reader could not read in the drawn figure, as sentences (empty when none): a text or
     legend that leaves the figure, two that overlap (titles, axis labels, tick labels, legends,
-    colour bars), a legend over data points, a legend entry for a line drawn nowhere. Read from the boxes matplotlib drew (call after a
-    draw), so it checks the PNG, not an estimate."""
+    colour bars), a legend over data points, a legend entry for a line drawn nowhere, legend text
+    under 9 px, a label listed twice, a panel of more than MAX_PANEL_LINES lines, a figure wider than
+    the page. Read from the boxes
+    matplotlib drew (call after a draw), so it checks the PNG, not an estimate."""
     renderer = fig.canvas.get_renderer()
     boxes = _text_boxes(fig, renderer)
     name = (fig._suptitle.get_text() if fig._suptitle is not None else "") or \
@@ -271,7 +273,46 @@ def _problems(fig, boxes, renderer, tol) -> list[str]:
             n = _covered_points(ax, leg.get_window_extent(renderer))
             if n:
                 found.append(f"{(ax.get_title() or 'a panel')[:40]}: legend covers {n} data point(s)")
-    return found + undrawn_entries(fig) + small_legends(fig)
+    return found + undrawn_entries(fig) + small_legends(fig) + repeated_entries(fig) + crowded_panels(fig) + \
+        too_wide(fig)
+
+
+PAGE_PX = 1150          # the report's column (style.css: body max-width): a wider image is shown shrunk
+
+
+def too_wide(fig) -> list[str]:
+    """A figure wider than the page: the browser shrinks it, and its text with it, under the size
+    the 9 px rule measures (a 1,430 px figure's 10.7 px legend read 8.6 px)."""
+    width = fig.bbox.width
+    return [f"figure {width:.0f} px wide, over the page's {PAGE_PX} px: shown shrunk, its text under its natural size"] \
+        if width > PAGE_PX + 1 else []
+
+
+MAX_PANEL_LINES = 40    # lines one panel may draw (a median, its level and mean field count three): more, split it
+
+
+def _drawn_lines(ax) -> list:
+    """The panel's lines a reader sees: visible, with data, not transparent (a band's edges are)."""
+    return [line for line in ax.get_lines() if line.get_visible() and len(line.get_xdata())
+            and (line.get_alpha() is None or line.get_alpha() > 0)]
+
+
+def crowded_panels(fig) -> list[str]:
+    """Panels drawing more than MAX_PANEL_LINES lines: too many to tell apart (ldl_phase_diagram's
+    loss figure drew 108 medians on one panel); a figure must give its settings panels of their own."""
+    return [f"{(ax.get_title() or f'panel {n + 1}')[:40]}: {k} lines on one panel, over {MAX_PANEL_LINES}: "
+            f"split it" for n, ax in enumerate(fig.axes) for k in [len(_drawn_lines(ax))] if k > MAX_PANEL_LINES]
+
+
+def repeated_entries(fig) -> list[str]:
+    """Labels a legend lists more than once (seven "the flat/sharp split" entries): a reader cannot
+    tell which line each names; merge them (legend_below lists a label once)."""
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend() is not None)]
+    out = []
+    for leg in legends:
+        texts = [t.get_text() for t in leg.get_texts()]
+        out += [f"legend lists {lab!r} {texts.count(lab)} times" for lab in dict.fromkeys(texts) if texts.count(lab) > 1]
+    return out
 
 
 MIN_LEGEND_PX = 9       # legend text at least this high (its font size) at the image's natural size
@@ -287,15 +328,18 @@ def small_legends(fig) -> list[str]:
 
 
 def legend_below(ax, ncol: int = 3, fontsize: float = 7) -> None:
-    """The panel's legend in a strip under the figure, kept out of the panels by the layout, from
-    the artists drawn with a label: it never covers data, lists nothing that is not drawn, and costs
+    """The legend of a panel (or of several, `ax` a list: one legend for them all) in a strip under
+    the figure, kept out of the panels by the layout, from the artists drawn with a label: it never
+    covers data, lists nothing that is not drawn, and costs
     height, not width (two figures still fit side by side on the page). Entries repeated with one
     label are listed once; the legend takes as few columns as it needs to fit the figure's width
     (long labels wrapped where even one column would not), so it is never clipped at the sides."""
-    fig = ax.get_figure()
+    axes = list(np.ravel(ax)) if isinstance(ax, (list, tuple, np.ndarray)) else [ax]
+    fig = axes[0].get_figure()
     entries = {}                                                      # label -> its first handle
-    for handle, label in zip(*ax.get_legend_handles_labels()):
-        entries.setdefault(label, handle)
+    for one in axes:
+        for handle, label in zip(*one.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
     if not entries:
         return
     labels, handles = list(entries), list(entries.values())

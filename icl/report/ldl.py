@@ -10,6 +10,7 @@ import pandas as pd
 
 from icl import fits
 from icl.report.figures import QUALITATIVE, Figure, later, legend_below, palette, png
+from icl.report.settings import distinct_settings
 from icl.theory import ldl
 
 
@@ -47,14 +48,19 @@ def collapse_figure(tabs, model) -> Figure | None:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("collapse clock τ = η‖v‖⁴·E[(f(v_n) − f(v_k))²]·t")
+    pooled = distinct_settings(tabs["runs"][tabs["runs"]["run_id"].isin(df["run_id"])], "L")
     ax.set_ylabel("train loss / loss₀ (median over seeds)")
-    ax.set_title("every L on one clock: one curve if L only rescales time")
+    ax.set_title("every L on one clock: one curve if L only rescales time"
+                 + (f" (each L's median over seeds and {', '.join(pooled)})" if pooled else ""))
     legend_below(ax, ncol=4)
     return png(fig)
 
 
 def slope_figure(tabs, model, tcol="t_rel_1e-2") -> Figure | None:
-    """Convergence time against L, one fitted line per row of slopes.parquet (regime × group)."""
+    """Convergence time against L with the fitted and the theory's line of each row of slopes.parquet
+    (regime × group): a panel per group (a Δ, N ... of the sweep) where there are several, each with
+    its own flat/sharp split, so no panel holds more than two fits, two theory lines and one split;
+    the slopes in the panel's title, the legend naming each kind of line once."""
     sl = tabs["slopes"]
     sl = sl[(sl["model"] == model) & (sl["threshold"] == tcol) & sl["slope"].notna()]
     df = _runs(tabs)
@@ -64,43 +70,70 @@ def slope_figure(tabs, model, tcol="t_rel_1e-2") -> Figure | None:
     df = df.assign(lr=fits.step_key(df))               # slopes.parquet's lr (lr_ref where the step follows the clock)
     keys = [k for k in sl.columns if k in df.columns and k not in ("model", "model_kind")]
     df = fits.groupable(df, keys)
-    fig, ax = plt.subplots(figsize=(5.2, 5.0))
-    marks = dict(zip(sorted(sl["group"].unique()), "osD^v<>p*h"))
-    for reg, color in (("flat", "C0"), ("sharp", "C3")):
-        fitted, theory = [], []
-        for r in sl[sl["regime"] == reg].to_dict("records"):
-            g = df[fits.matching(df, r, keys)]
-            if len(g) < 2:
-                continue
-            ax.scatter(g["L"], g[tcol], color=color, s=14, marker=marks.get(r["group"], "o"))
-            x = np.log(g["L"].to_numpy(float))
-            xs = np.linspace(x.min(), x.max(), 20)
-            for slope, ls, into in ((r["slope"], "-", fitted), (r["theory_slope"], "--", theory)):
-                if np.isfinite(slope):
-                    b = np.mean(np.log(g[tcol].to_numpy(float))) - slope * x.mean()
-                    ax.plot(np.exp(xs), np.exp(b + slope * xs), color=color, ls=ls, lw=1.4 if ls == "-" else 1,
-                            gid=f"{reg}, {r['group']}: {'fitted' if ls == '-' else 'theory'} slope {slope:.3g}")
-                    into.append((slope, r))
+    groups = list(dict.fromkeys(sl["group"])) or [""]                 # the sweep's order (N=50 before N=100)
+    ncol = min(3, len(groups))
+    nrow = -(-len(groups) // ncol)
+    one = len(groups) == 1
+    fig, axes = plt.subplots(nrow, ncol, figsize=(5.2, 5.0) if one else (3.4 * ncol, 2.9 * nrow + 1.0),
+                             squeeze=False, sharex=True, sharey=True)
+    drawn = {}                                              # (regime, fitted or theory) -> slopes drawn
+    for ax, group in zip(axes.ravel(), groups):
+        said, members = [], pd.Series(False, index=df.index)
+        for reg, color, mark in REGIMES:
+            for r in sl[(sl["regime"] == reg) & (sl["group"] == group)].to_dict("records"):
+                g = df[fits.matching(df, r, keys)]
+                members |= fits.matching(df, r, [k for k in keys if k != "regime"])
+                if len(g) < 2:
+                    continue
+                ax.scatter(g["L"], g[tcol], color=color, s=12, marker=mark, alpha=0.7, lw=0)
+                x = np.log(g["L"].to_numpy(float))
+                xs = np.linspace(x.min(), x.max(), 20)
+                for slope, ls, what in ((r["slope"], "-", "fitted"), (r["theory_slope"], "--", "theory")):
+                    if np.isfinite(slope):
+                        b = np.mean(np.log(g[tcol].to_numpy(float))) - slope * x.mean()
+                        ax.plot(np.exp(xs), np.exp(b + slope * xs), color=color, ls=ls, lw=1.4 if ls == "-" else 1,
+                                gid=f"{reg}{', ' + group if group else ''}: {what} slope {slope:.3g}")
+                        drawn.setdefault((reg, what), []).append((slope, r))
+                said.append(f"{reg} {r['slope']:.2f}, theory {r['theory_slope']:.2f}")
+        split = df.loc[members | one, "L_split" if "L_split" in df else "L_star"].dropna().unique()
+        for Lst in split:
+            ax.axvline(Lst, color="grey", ls=":", lw=1, gid=f"{group or 'the'} flat/sharp split L={Lst:.3g}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        if not one:
+            ax.set_title("\n".join([group, *said]), fontsize=8)
+    for ax in axes.ravel()[len(groups):]:
+        ax.axis("off")
+    for ax in axes[-1]:
+        ax.set_xlabel("L")
+    for ax in axes[:, 0]:
+        ax.set_ylabel(f"{tcol} (epochs)")
+    lead = axes[0][0]
+    for reg, color, _ in REGIMES:
+        fitted, theory = drawn.get((reg, "fitted"), []), drawn.get((reg, "theory"), [])
         if len(fitted) == 1:
             (slope, r), = fitted
             kind = "range" if str(r.get("interval", "")).startswith("range") else "95%"
-            where = f"{reg}" + (f", {r['group']}" if r["group"] else "")
-            ax.plot([], [], color=color, label=f"{where}: fitted slope {slope:.2f} ({kind} [{r['ci_lo']:.2f}, {r['ci_hi']:.2f}])")
+            lead.plot([], [], color=color, label=f"{reg}: fitted slope {slope:.2f} ({kind} [{r['ci_lo']:.2f}, {r['ci_hi']:.2f}])")
         elif fitted:
-            ax.plot([], [], color=color, label=f"{reg}: fitted slopes {_span([f for f, _ in fitted])} "
-                                               f"({len(fitted)} groups; the verdicts list each)")
+            lead.plot([], [], color=color, label=f"{reg}: fitted slope, each panel's in its title "
+                                              f"({_span([f for f, _ in fitted])}; the verdicts give their intervals)")
         if theory:
-            ax.plot([], [], color=color, ls="--", lw=1,
-                    label=f"{reg}: {theory_label(reg, tcol, _span([t for t, _ in theory]))}")
-    for Lst in df.get("L_split", df["L_star"]).dropna().unique():
-        ax.axvline(Lst, color="grey", ls=":", lw=1)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("L (dotted: the flat/sharp split)")
-    ax.set_ylabel(f"{tcol} (epochs)")
-    ax.set_title("convergence time against L")
-    legend_below(ax, ncol=1, fontsize=7)
+            lead.plot([], [], color=color, ls="--", lw=1,
+                      label=f"{reg}: {theory_label(reg, tcol, _span([t for t, _ in theory]))}")
+    lead.plot([], [], color="grey", ls=":", lw=1, label="the flat/sharp split" + ("" if one else " of each panel's runs"))
+    fig.suptitle("convergence time against L" + ("" if one else f", a panel per {' and '.join(_swept(groups))}"),
+                 fontsize=10 if not one else 12)
+    legend_below(axes.ravel()[:len(groups)], ncol=1, fontsize=7)
     return png(fig)
+
+
+REGIMES = (("flat", "C0", "o"), ("sharp", "C3", "s"))      # colour and marker of each regime's points and lines
+
+
+def _swept(groups: list[str]) -> list[str]:
+    """The settings named in slopes.parquet's group strings ("delta=1.5, N=50" -> delta, N)."""
+    return list(dict.fromkeys(part.split("=")[0].strip() for g in groups for part in g.split(",") if "=" in part))
 
 
 def _span(values: list[float]) -> str:
@@ -157,7 +190,7 @@ def phase_diagram_figure(df, K, N, tcol, tag="") -> Figure | None:
     no run filled (none crossed, or no count) is hatched, as the title says."""
     if df["delta"].nunique() < 2 or df["L"].nunique() < 3:
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.0))
+    fig, axes = plt.subplots(1, 2, figsize=(10.4, 4.0))     # within the page's 1,150 px
     Ls, Ds = sorted(df["L"].unique()), sorted(df["delta"].unique())
     narrow = ""
     for ax, col in ((axes[0], tcol), (axes[1], "n_phases")):

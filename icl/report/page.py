@@ -26,6 +26,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape  # noqa: E40
 from icl import claims, tasks  # noqa: E402
 from icl.report import headline as report_headline, heads as report_heads  # noqa: E402
 from icl.report import ldl as report_ldl, zfb as report_zfb  # noqa: E402
+from icl.report.settings import distinct_settings, setting_label, swept_columns  # noqa: E402
 from icl.report.figures import (QUALITATIVE, REFERENCE, Figure, draw_all, later, legend_below, palette, png,  # noqa: E402
                          report_layout, thumbnail)
 from icl.files import atomic_path  # noqa: E402
@@ -49,27 +50,10 @@ def _band(ax, df: pd.DataFrame, x: str, y: str, label: str, color, log: bool) ->
         ax.set_yscale("log")
 
 
-def settings_of(runs: pd.DataFrame, by: str) -> list[str]:
-    """The run settings besides `by` and the seed that vary among `runs` (Δ, c, lr ...): a band
-    over runs that differ in one would pool settings (it spanned 10⁻¹ to 10⁻¹⁴), not seeds."""
-    return [c for c in swept_columns(runs) if c not in (by, "seed") and runs[c].astype(str).nunique() > 1]
-
-
 SETTING_MARKERS = "os^Dvx+P*<>h"     # one per swept setting where the colour says the L (or the feature)
 
 
-def distinct_settings(runs: pd.DataFrame, by: str) -> list[str]:
-    """settings_of less the settings another one fixes (a step the clock sets from Δ and N, a c tied
-    to L): the columns that tell the lines of one `by` value apart, each named once."""
-    keys = settings_of(runs, by)
-    for k in list(keys):
-        rest = [c for c in keys if c != k]
-        if runs.groupby([by, *rest], dropna=False)[k].nunique(dropna=False).max() <= 1:
-            keys.remove(k)
-    return keys
-
-
-def _per_setting(ax, df: pd.DataFrame, runs: pd.DataFrame, by: str, x: str, y: str, label: str, color,
+def _persetting_label(ax, df: pd.DataFrame, runs: pd.DataFrame, by: str, x: str, y: str, label: str, color,
                  log: bool, markers: dict | None = None) -> None:
     """The runs' `y` against `x`: a median and band over seeds where the runs differ in their seed
     only, else one median line per setting (no band), each with its setting's marker (`markers`,
@@ -82,7 +66,7 @@ def _per_setting(ax, df: pd.DataFrame, runs: pd.DataFrame, by: str, x: str, y: s
     markers = {} if markers is None else markers
     for key, g in runs.groupby(keys, dropna=False):
         med = df[df["run_id"].isin(g["run_id"])].groupby(x)[y].median()
-        what = _setting(keys, key)
+        what = setting_label(keys, key)
         mark = markers.setdefault(what, SETTING_MARKERS[len(markers) % len(SETTING_MARKERS)])
         step = max(1, len(med) // 6)            # six marks a line, each setting's a little apart from the next
         ax.plot(med.index, med.values, color=color, lw=0.9, alpha=0.8, marker=mark, ms=3.5, mfc="none",
@@ -99,15 +83,13 @@ def setting_legend(ax, markers: dict) -> None:
         ax.plot([], [], color="0.35", ls="none", marker=mark, ms=4, mfc="none", label=what)
 
 
-def _setting(keys: list[str], key) -> str:
-    """A group's setting as "token_kind=gaussian, N=20"."""
-    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in zip(keys, np.atleast_1d(key)))
-
-
 def wide_objective(runs: pd.DataFrame) -> bool:
     """Whether runs train on the error at every x position (a GPT's `loss: all`): their train loss
     is not the query's error that uniform attention's level and the learning gate are about."""
     return "loss" in runs and runs["loss"].astype(str).eq("all").any()
+
+
+CROWDED = 24       # lines one panel may hold (values of `by` × settings): more, and a loss figure has a panel per setting
 
 
 def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test: bool = False,
@@ -117,26 +99,75 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
     mean-field curve dashed; with `test`, the test loss on fresh prompts dotted. `reference`
     (uniform attention's train loss per run_id): its median per value drawn as a level, so a curve
     that ends on it reads "nothing learned". `colours`: the report's colour of each value
-    (figures.palette), so an L looks the same everywhere."""
+    (figures.palette), so an L looks the same everywhere. Where the values times the settings
+    would put more than CROWDED lines on one panel (12 L × 9 settings of Δ and N drew 108), each
+    setting gets a panel of its own, three a row, named in its title, its L a band each."""
     if not Ls:
         return None
     colours = colours or palette(Ls)
-    keys = distinct_settings(runs[runs[by].isin(Ls)], by)
-    if len(Ls) == 1 and keys:       # one value of `by`: each setting a line of its own colour, with its band
-        lines = [(_setting(keys, key), QUALITATIVE[n % len(QUALITATIVE)], g)
-                 for n, (key, g) in enumerate(runs[runs[by] == Ls[0]].groupby(keys, dropna=False))]
-        per = f" (a line per {', '.join(keys)}, band: min–max over seeds)"
+    mine = runs[runs[by].isin(Ls)]
+    keys = distinct_settings(mine, by)
+    settings = list(mine.groupby(keys, dropna=False)) if keys else []
+    if len(Ls) > 1 and len(Ls) * len(settings) > CROWDED:      # a panel per setting
+        panels = [(setting_label(keys, key), g) for key, g in settings]
+        per = f" (a panel per {', '.join(keys)}; band: min–max over seeds)"
     else:
-        lines = [(f"{by}={L:g}", colours[float(L)], runs[runs[by] == L]) for L in Ls]
-        per = f" (a line per {', '.join(keys)}: no band)" if keys else ""
-    fig, ax = plt.subplots(figsize=(5.2, 3.4 + 0.2 * -(-(len(lines) + 3) // 3)))
-    mean_field = level = at_query = not_comparable = False
-    markers = {}
+        panels, per = [("", mine)], ""
+    ncol = min(3, len(panels))
+    nrow = -(-len(panels) // ncol)
+    one = len(panels) == 1
+    fig, axes = plt.subplots(nrow, ncol, figsize=(5.2, 3.4 + 0.2 * -(-(len(Ls) + len(settings) + 3) // 3)) if one
+                             else (3.4 * ncol, 2.5 * nrow + 0.9 + 0.2 * -(-(len(Ls) + 3) // 3)),
+                             squeeze=False, sharex=True, sharey=True)
+    drew, markers = set(), {}
+    for ax, (name, rows) in zip(axes.ravel(), panels):
+        sub = distinct_settings(rows, by)
+        if len(Ls) == 1 and sub:       # one value of `by`: each setting a line of its own colour, with its band
+            lines = [(setting_label(sub, key), QUALITATIVE[n % len(QUALITATIVE)], g)
+                     for n, (key, g) in enumerate(rows[rows[by] == Ls[0]].groupby(sub, dropna=False))]
+            per = f" (a line per {', '.join(sub)}, band: min–max over seeds)"
+        else:
+            lines = [(f"{by}={L:g}", colours[float(L)], rows[rows[by] == L]) for L in Ls if (rows[by] == L).any()]
+            per = per or (f" (a line per {', '.join(sub)}: no band)" if sub else "")
+        drew |= _loss_panel(ax, curves, lines, by, test, theory_curves, reference, markers)
+        if not one:
+            ax.set_title(name, fontsize=8)
+        ax.set_yscale("log")
+    for ax in axes.ravel()[len(panels):]:
+        ax.axis("off")
+    lead = axes[0][0]
+    setting_legend(lead, markers)
+    if "mean_field" in drew:
+        lead.plot([], [], color="grey", ls="--", label="mean field (LDL Lemma 2)")
+    if test:
+        lead.plot([], [], color="grey", ls=":", label="test loss, fresh prompts (median)")
+    if "at_query" in drew:
+        lead.plot([], [], color="grey", ls=(0, (1, 1)), lw=1.3, label="test loss at the query (median)")
+    if "level" in drew:
+        lead.plot([], [], **REFERENCE, label="uniform attention's loss at the query\n(= nothing learned)")
+    for ax in axes[-1]:
+        ax.set_xlabel("epoch")
+    for ax in axes[:, 0]:
+        ax.set_ylabel(("train " if not test else "") + "loss ½E[(ŷ−y)²] (log)")
+    text = title + per + (" — trained on every x position: uniform attention's level, the query's, not drawn"
+                          if "not_comparable" in drew else "")
+    if one:
+        lead.set_title(text, fontsize=10)
+    else:
+        fig.suptitle(text, fontsize=10)
+    legend_below(axes.ravel()[:len(panels)], ncol=3 if one else 4)
+    return png(fig)
+
+
+def _loss_panel(ax, curves, lines, by, test, theory_curves, reference, markers) -> set[str]:
+    """loss_figure's curves of `lines` (name, colour, runs) on one panel; what it drew of the kinds
+    its legend names (mean_field, level, at_query) and not_comparable."""
+    drew = set()
     for name, color, mine in lines:
         ids = mine["run_id"]
         df = curves[curves["run_id"].isin(ids) & (curves["metric"] == "train_loss")]
         df = df[df["value"] > 0]
-        _per_setting(ax, df, mine, by, "epoch", "value", name, color, log=True, markers=markers)
+        _persetting_label(ax, df, mine, by, "epoch", "value", name, color, log=True, markers=markers)
         if test:
             med = curves[curves["run_id"].isin(ids) & (curves["metric"] == "test_loss")].groupby("epoch")["value"].median()
             ax.plot(med.index, med.values, color=color, ls=":", lw=1.1)
@@ -145,56 +176,62 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
             if len(mf):
                 med = mf.groupby("epoch")["value"].median()
                 ax.plot(med.index, med.values, color=color, ls="--", lw=1.1)
-                mean_field = True
+                drew.add("mean_field")
         ref = reference.reindex(ids).dropna() if reference is not None else pd.Series(dtype=float)
         if wide_objective(mine):          # the curve averages every x position; uniform attention's is the query's
             q = curves[curves["run_id"].isin(ids) & (curves["metric"] == "test_query_loss")].groupby("epoch")["value"]
             if len(q):
                 med = q.median()
                 ax.plot(med.index, med.values, color=color, ls=(0, (1, 1)), lw=1.3, gid=f"{name} query median")
-                at_query = True
+                drew.add("at_query")
             else:
-                ref, not_comparable = ref.iloc[:0], True
+                ref = ref.iloc[:0]
+                drew.add("not_comparable")
         if len(ref) and len(df):
             ax.plot([df["epoch"].min(), df["epoch"].max()], [ref.median()] * 2, **{**REFERENCE, "color": color},
                     gid=f"{name} uniform attention")
-            level = True
-    setting_legend(ax, markers)
-    if mean_field:
-        ax.plot([], [], color="grey", ls="--", label="mean field (LDL Lemma 2)")
-    if test:
-        ax.plot([], [], color="grey", ls=":", label="test loss, fresh prompts (median)")
-    if at_query:
-        ax.plot([], [], color="grey", ls=(0, (1, 1)), lw=1.3, label="test loss at the query (median)")
-    if level:
-        ax.plot([], [], **REFERENCE, label="uniform attention's loss at the query\n(= nothing learned)")
-    ax.set_xlabel("epoch")
-    ax.set_ylabel(("train " if not test else "") + "loss ½E[(ŷ−y)²] (log)")
-    ax.set_title(title + per
-                 + (" — trained on every x position: uniform attention's level, the query's, not drawn"
-                    if not_comparable else ""), fontsize=10)
-    legend_below(ax)
-    return png(fig)
+            drew.add("level")
+    return drew
 
 
 def attention_scores_figure(attn, runs, L, K, tag: str = "") -> Figure:
     """Attn_1 (own score of v_1) and Attn_{k,1}: mass a query with feature 1 puts on feature k;
-    1/K, uniform attention's (what every score reads when nothing is learned), as a level."""
+    1/K, uniform attention's (what every score reads when nothing is learned), as a level. Where
+    K scores times the settings of this L would put more than CROWDED lines on one panel, a panel
+    per setting, three a row."""
     mine = runs[runs["L"] == L]
     df = attn[attn["run_id"].isin(mine["run_id"]) & (attn["query_feature"] == 0)]
-    fig, ax = plt.subplots(figsize=(5.2, 4.0))
+    keys = distinct_settings(mine, "L")
+    settings = list(mine.groupby(keys, dropna=False)) if keys else []
+    panels = [(setting_label(keys, key), g) for key, g in settings] if K * len(settings) > CROWDED else [("", mine)]
+    ncol = min(3, len(panels))
+    nrow = -(-len(panels) // ncol)
+    one = len(panels) == 1
+    fig, axes = plt.subplots(nrow, ncol, figsize=(5.2, 4.0) if one else (3.4 * ncol, 2.4 * nrow + 1.2),
+                             squeeze=False, sharex=True, sharey=True)
     pal, markers = QUALITATIVE, {}
-    for k in range(K):
-        lab = "Attn₁ (own)" if k == 0 else f"Attn_{{{k + 1},1}}"
-        _per_setting(ax, df[df["key_feature"] == k], mine, "L", "epoch", "attn", lab, pal[k], log=False,
-                     markers=markers)
-    setting_legend(ax, markers)
-    ax.axhline(1 / K, **REFERENCE, label=f"1/K = {1 / K:.2g}: uniform attention\n(= nothing learned)")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("attention score")
-    ax.set_title(f"attention of a v₁ query, L={L:g}{tag}")
-    legend_below(ax)
+    for ax, (name, rows) in zip(axes.ravel(), panels):
+        for k in range(K):
+            lab = "Attn₁ (own)" if k == 0 else f"Attn_{{{k + 1},1}}"
+            _persetting_label(ax, df[(df["key_feature"] == k) & df["run_id"].isin(rows["run_id"])], rows, "L", "epoch",
+                         "attn", lab, pal[k % len(pal)], log=False, markers=markers)
+        ax.axhline(1 / K, **REFERENCE, label=f"1/K = {1 / K:.2g}: uniform attention\n(= nothing learned)")
+        ax.set_ylim(-0.02, 1.02)
+        if not one:
+            ax.set_title(name, fontsize=8)
+    for ax in axes.ravel()[len(panels):]:
+        ax.axis("off")
+    setting_legend(axes[0][0], markers)
+    for ax in axes[-1]:
+        ax.set_xlabel("epoch")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("attention score")
+    text = f"attention of a v₁ query, L={L:g}{tag}" + ("" if one else f" (a panel per {', '.join(keys)})")
+    if one:
+        axes[0][0].set_title(text)
+    else:
+        fig.suptitle(text, fontsize=10)
+    legend_below(axes.ravel()[:len(panels)], ncol=3 if one else 4)
     return png(fig)
 
 
@@ -204,16 +241,9 @@ def attention_maps_figure(attn, runs, L, epochs_all, tag: str = "") -> Figure:
     ids = runs.loc[runs["L"] == L, "run_id"]
     df = attn[attn["run_id"].isin(ids)]
     picks = sorted({epochs_all[int(round(q * (len(epochs_all) - 1)))] for q in (0, 0.1, 0.25, 0.5, 1.0)})
-    fig, axes = plt.subplots(1, len(picks), figsize=(2.3 * len(picks) + 0.8, 2.9), squeeze=False,
-                             layout="constrained")         # constrained: room for the shared colour bar
-    for n, (ax, e) in enumerate(zip(axes[0], picks)):
-        m = df[df["epoch"] == e].groupby(["key_feature", "query_feature"])["attn"].mean().unstack()
-        im = report_heads.draw_map(ax, m)
-        ax.set_title(f"epoch {e}", fontsize=9)
-        ax.set_ylabel("key feature i" if n == 0 else "")
-    report_heads.map_colourbar(fig, axes[0], im)
-    fig.suptitle(f"attention maps Attn[i, j], L={L:g}{tag} (mean over seeds)", fontsize=10)
-    return png(fig)
+    maps = [(f"epoch {e}", df[df["epoch"] == e].groupby(["key_feature", "query_feature"])["attn"].mean().unstack())
+            for e in picks]
+    return report_heads.map_figure(maps, f"attention maps Attn[i, j], L={L:g}{tag} (mean over seeds)", per_row=5)
 
 
 def split_L(runs: pd.DataFrame, theory: pd.DataFrame) -> tuple[list, list, float | None, str]:
@@ -247,7 +277,8 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
     if r["L"].notna().any():
         flat, sharp, thr, how = split_L(r, tables["theory"])
         colours = palette(tables["runs"]["L"])           # every L of the experiment: one colour each
-        figs += [later(loss_figure, curves, r, flat, "(a) loss, flat set", th, colours=colours, reference=uniform),
+        figs += [later(loss_figure, curves, r, flat, "(a) loss, flat set" if thr is not None else
+                       "loss, every L (no single flat/sharp split)", th, colours=colours, reference=uniform),
                  later(loss_figure, curves, r, sharp, "(b) loss, sharp set", th, colours=colours, reference=uniform)]
     else:                      # tasks without a Lipschitz constant (linear): one figure, by prompt length
         flat, sharp = [], []
@@ -279,9 +310,13 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
             figs.append(later(attention_scores_figure, mean, rk, L, int(K), which))
             key = key or figs[-1]                       # 1/K drawn: the figure that cannot read as learned
             maps.append(later(attention_maps_figure, mean, rk, L, epochs_all, which))
-            if heads:
-                maps += [later(report_heads.head_maps_figure, attn, rk, L, tag),
-                         later(report_heads.own_by_head_figure, attn, rk, L, tag)]
+            if heads:                                   # a setting's heads apart from another's: no median pools them
+                at = rk[rk["L"] == L]
+                keys = distinct_settings(at, "L")
+                for key, g in (at.groupby(keys, dropna=False) if keys else [(None, at)]):
+                    each = tag + (f", {setting_label(keys, key)}" if keys else "")
+                    maps += [later(report_heads.head_maps_figure, attn, g, L, each),
+                             later(report_heads.own_by_head_figure, attn, g, L, each)]
     if n_div:
         how += f"; {n_div} diverged run(s) left out of these figures (listed above)"
     if not ldl:
@@ -304,7 +339,7 @@ def attention_summary_figure(curves, runs, colours: dict) -> Figure:
             ids = runs["run_id"] if L is None else runs.loc[runs["L"] == L, "run_id"]
             df = curves[curves["run_id"].isin(ids) & (curves["metric"] == metric)]
             mine = runs if L is None else runs[runs["L"] == L]
-            _per_setting(ax, df, mine, "L", "epoch", "value", "all" if L is None else f"L={L:g}", color, log=False,
+            _persetting_label(ax, df, mine, "L", "epoch", "value", "all" if L is None else f"L={L:g}", color, log=False,
                          markers=markers)
         ax.set_xlabel("epoch")
         ax.set_ylabel(lab)
@@ -451,22 +486,11 @@ def headline(experiment: str, exp: dict, tabs: dict, verdicts: pd.DataFrame, ldl
 
 
 # run columns that identify or describe a run rather than set it
-RUN_IDENTITY = {"run_id", "experiment", "shard", "data_id", "config_hash", "code_version", "model_kind", "model"}
 RUN_RESULTS = ["loss0", "final_train_loss", "final_test_loss", "uniform_train_loss", "uniform_test_loss",
                "oracle_test_loss", "attn_own_final", "t_rel_1e-1", "t_rel_1e-2", "t_rel_1e-3", "t_escape", "diverged"]
 
 
-def swept_columns(runs: pd.DataFrame) -> list[str]:
-    """The run settings that vary within a model's runs (what the sweep sets: L, Δ, N, the training
-    law, the seed, a step the clock sets ...), in runs.parquet's order; `lr` always."""
-    out = []
-    for c in runs.columns:
-        if c in RUN_IDENTITY or runs[c].isna().all():
-            continue
-        vals = runs[c].astype(str)
-        if c == "lr" or vals.groupby(runs["model"]).nunique().max() > 1:
-            out.append(c)
-    return out
+
 
 
 def runs_table(runs: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:

@@ -186,7 +186,7 @@ def matrix_figure(tabs) -> Figure | None:
     mats = tabs["matrices"]
     eff = mats[(mats["run_id"] == rid) & (mats["name"] == "effective")]
     last = eff[eff["epoch"] == eff["epoch"].max()].pivot(index="i", columns="j", values="value").to_numpy()
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    fig, axes = plt.subplots(1, 3, figsize=(10.4, 3.6))     # within the page's 1,150 px
     T = np.asarray(target).reshape(d, d)
     vmax = max(np.abs(T).max(), np.abs(last).max())
     for ax, m, title in ((axes[0], last, "learned w22·W11ᵀ"), (axes[1], T, "theory target")):
@@ -226,6 +226,7 @@ def slope_figure(shift: pd.DataFrame) -> Figure | None:
         ax.plot(t.index ** 2, t.values, "--", color=color, lw=1)
     cs = np.linspace(0, d["c"].max() ** 2, 10)
     ax.plot(cs, cs, "k:", lw=1, label="c² (M, N → ∞)")
+    ax.plot([], [], "--", color="grey", lw=1, label="finite-N theory (ZFB eq. 5), a colour per N")
     ax.set_xlabel("c²")
     ax.set_ylabel(f"slope of ŷ on y at M={Mmax}")
     ax.set_title("covariate scaling: slope against c² (dashed: finite-N theory)", fontsize=9)
@@ -252,7 +253,7 @@ def seed_figure(shift: pd.DataFrame, laws: list[tuple[str, pd.DataFrame]]) -> Fi
         return None
     names = sorted(shift.loc[shift["model_kind"].isin(nonlinear), "predictor"].unique())
     legend_in = 0.25 * -(-(len(tests) + len(names) + 2) // 3) + 0.2       # three entries a row
-    fig, axes = plt.subplots(len(laws), len(Ns), figsize=(max(7.5, 3.6 * len(Ns)), 3.0 * len(laws) + legend_in),
+    fig, axes = plt.subplots(len(laws), len(Ns), figsize=(max(7.5, min(10.4, 3.4 * len(Ns))), 3.0 * len(laws) + legend_in),
                              squeeze=False, sharey=True)
     colours = dict(zip(tests, QUALITATIVE))
     styles = dict(zip(names, ["-", "-.", (0, (5, 1, 1, 1, 1, 1))]))
