@@ -587,3 +587,22 @@ def test_a_figure_wider_than_the_page_is_a_layout_problem():
         return fig
     assert any(f"figure 1430 px wide, over the page's {PAGE_PX} px" in p for p in _checked(wide(13)))
     assert _checked(wide(10.4)) == []
+
+
+def test_the_stability_figure_draws_every_group_in_its_own_colour():
+    """Twelve groups (more than the qualitative palette's ten colours): every group drawn, each in
+    its own colour and named once; the two kinds of line named once each (before, groups past the
+    tenth were dropped and each group had two entries)."""
+    from icl.report import ldl as report_ldl
+    rows = [{"model": "sq", "group": f"delta={d}", "L": L, "max_stable_lr": 10.0 / L / d, "max_converged_lr": 5.0 / L / d,
+             "lrs_tried": 4} for d in range(1, 13) for L in (0.1, 0.5, 2.0)]
+    runs = pd.DataFrame({"run_id": ["a"], "model": ["sq"], "L": [1.0]})
+    tabs = {"stability": pd.DataFrame(rows), "runs": runs, "summary": pd.DataFrame({"run_id": ["a"], "diverged": [False]}),
+            "theory": pd.DataFrame({"run_id": ["a"], "L_star": [0.4], "regime": ["flat"]})}
+    fig = report_ldl.stability_figure(tabs, "sq")
+    str(fig)
+    drawn = [ln for ln in fig.fig.axes[0].get_lines() if len(ln.get_xdata()) and ln.get_marker() in ("o", "s")]
+    assert len(drawn) == 24 and len({ln.get_color() for ln in drawn}) == 12
+    labels = _legend_texts(fig.fig)
+    assert len(labels) == len(set(labels)) == 14 and {f"delta={d}" for d in range(1, 13)} <= set(labels)
+    assert fig.problems == [] and _legend_px(fig.fig) >= 9, fig.problems

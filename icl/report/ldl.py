@@ -7,6 +7,7 @@ import matplotlib.patches as mpatches
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import seaborn as sns
 
 from icl import fits
 from icl.report.figures import QUALITATIVE, Figure, later, legend_below, palette, png
@@ -157,12 +158,16 @@ def stability_figure(tabs, model) -> Figure | None:
     st = tabs["stability"][tabs["stability"]["model"] == model]
     if st.empty or st["lrs_tried"].max() < 2:
         return None
-    fig, ax = plt.subplots(figsize=(5.2, 3.8 + 0.15 * 2 * st["group"].nunique()))
-    for (group, g), color in zip(st.groupby("group", sort=True), QUALITATIVE):
-        tag = f" ({group})" if group else ""
-        ax.plot(g["L"], g["max_stable_lr"], "o-", color=color,
-                label=f"largest lr with no seed diverged or above loss₀{tag}")
-        ax.plot(g["L"], g["max_converged_lr"], "s--", color=color, label=f"largest lr at which all seeds converged{tag}")
+    groups = list(st.groupby("group", sort=True))
+    fig, ax = plt.subplots(figsize=(5.2, 4.0 + 0.1 * (2 + len(groups))))
+    # every group drawn, each its own colour (past the qualitative palette's ten, evenly spaced hues);
+    # the two kinds of line named once, in black, and each group once, by its colour
+    colours = QUALITATIVE if len(groups) <= len(QUALITATIVE) else sns.color_palette("husl", len(groups))
+    for (group, g), color in zip(groups, colours):
+        ax.plot(g["L"], g["max_stable_lr"], "o-", color=color, label=group or None)
+        ax.plot(g["L"], g["max_converged_lr"], "s--", color=color)
+    ax.plot([], [], "o-", color="k", label="largest lr with no seed diverged or above loss₀")
+    ax.plot([], [], "s--", color="k", label="largest lr at which all seeds converged")
     runs = _runs(tabs)
     for Lst in runs.get("L_split", runs["L_star"]).dropna().unique():
         ax.axvline(Lst, color="grey", ls=":", lw=1)
@@ -171,7 +176,7 @@ def stability_figure(tabs, model) -> Figure | None:
     ax.set_xlabel("L (dotted: the flat/sharp split)")
     ax.set_ylabel("learning rate")
     ax.set_title("step-size stability")
-    legend_below(ax, ncol=1, fontsize=7)
+    legend_below(ax, ncol=2, fontsize=7)
     return png(fig)
 
 
