@@ -5,6 +5,7 @@ import io
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import pytest
 
 from icl.report.figures import draw_all, later, png, report_layout
 
@@ -606,3 +607,39 @@ def test_the_stability_figure_draws_every_group_in_its_own_colour():
     labels = _legend_texts(fig.fig)
     assert len(labels) == len(set(labels)) == 14 and {f"delta={d}" for d in range(1, 13)} <= set(labels)
     assert fig.problems == [] and _legend_px(fig.fig) >= 9, fig.problems
+
+
+def test_the_collapse_figure_has_a_panel_per_setting_and_the_mean_field_from_its_start():
+    """Runs of two Δ: a panel per Δ (not one median over both), each L its own line in each; the
+    dashed mean-field curve divided by its value at epoch 0, as the runs' loss by loss₀ (before, by
+    its value at the first logged epoch > 0: drawn 1/0.3 above runs that followed it)."""
+    from icl.report import ldl as report_ldl
+    runs, summ, theory, curves, tc = [], [], [], [], []
+    epochs = np.arange(0, 101, 10)
+    for delta in (1.5, 3.0):
+        for L in (0.1, 1.0, 3.0):
+            for seed in range(3):
+                rid = f"r{delta}-{L}-{seed}"
+                clock = 0.5 / L
+                runs.append({"run_id": rid, "model": "sq", "L": L, "delta": delta, "seed": seed, "lr": 1.0})
+                summ.append({"run_id": rid, "diverged": False, "loss0": 2.0})
+                theory.append({"run_id": rid, "clock_per_epoch": clock, "L_star": 0.5, "regime": "flat"})
+                loss = 2.0 * np.exp(-epochs * clock / 20)                  # the mean field itself, on its clock
+                curves += [{"run_id": rid, "metric": "train_loss", "epoch": e, "value": v} for e, v in zip(epochs, loss)]
+                tc += [{"run_id": rid, "metric": "mean_field_loss", "epoch": e, "value": v} for e, v in zip(epochs, loss)]
+    tabs = {"runs": pd.DataFrame(runs), "summary": pd.DataFrame(summ), "theory": pd.DataFrame(theory),
+            "curves": pd.DataFrame(curves), "theory_curves": pd.DataFrame(tc)}
+    fig = report_ldl.collapse_figure(tabs, "sq")
+    str(fig)
+    panels = _panels(fig.fig)
+    assert [ax.get_title() for ax in panels] == ["delta=1.5", "delta=3"]
+    for ax in panels:
+        lines = {ln.get_label(): ln for ln in ax.get_lines()}
+        assert {"L=0.1", "L=1", "L=3", "mean field"} <= set(lines)
+        mf = lines["mean field"]
+        tau = epochs[1:] * 0.5 / 0.1                                   # the first run's clock (L = 0.1)
+        assert mf.get_xdata() == pytest.approx(tau) and mf.get_ydata() == pytest.approx(np.exp(-tau / 20))
+        run = lines["L=0.1"]
+        assert run.get_ydata() == pytest.approx(mf.get_ydata())          # the runs on it, not 3× below
+    assert fig.problems == [] and _legend_px(fig.fig) >= 9, fig.problems
+    assert sorted(set(_legend_texts(fig.fig))) == sorted(_legend_texts(fig.fig))

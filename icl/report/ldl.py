@@ -11,7 +11,7 @@ import seaborn as sns
 
 from icl import fits
 from icl.report.figures import QUALITATIVE, Figure, later, legend_below, palette, png
-from icl.report.settings import distinct_settings
+from icl.report.settings import distinct_settings, setting_label
 from icl.theory import ldl
 
 
@@ -22,9 +22,11 @@ def _runs(tabs):
 
 
 def collapse_figure(tabs, model) -> Figure | None:
-    """loss / loss₀ of every L on one panel against the collapse clock τ (theory.parquet's
-    clock_per_epoch: η‖v‖⁴ times the label-difference variance, icl.theory.ldl.collapse_rate), on
-    which the mean-field curves of all L, c and Δ coincide; the mean-field curve dashed."""
+    """loss / loss₀ of every L against the collapse clock τ (theory.parquet's clock_per_epoch:
+    η‖v‖⁴ times the label-difference variance, icl.theory.ldl.collapse_rate), on which the
+    mean-field curves of all L, c and Δ coincide; the mean-field curve dashed. One panel per
+    setting the sweep varies besides L and the seed (Δ, N ...), each L its own colour: a line is
+    one L's median over seeds of one setting, never a median over settings."""
     df = _runs(tabs)
     df = df[(df["model"] == model) & df["clock_per_epoch"].notna()]
     if df.empty or df["L"].nunique() < 2:
@@ -35,25 +37,47 @@ def collapse_figure(tabs, model) -> Figure | None:
     cur["tau"] = cur["epoch"] * cur["clock_per_epoch"]
     cur["rel"] = cur["value"] / cur["loss0"]
     colours = palette(tabs["runs"]["L"])
-    fig, ax = plt.subplots(figsize=(5.2, 4.4 + 0.15 * (cur["L"].nunique() // 4)))
-    for L in sorted(cur["L"].unique()):
-        med = cur[cur["L"] == L].groupby("tau")["rel"].median()
-        ax.plot(med.index, med.values, color=colours[float(L)], label=f"L={L:g}")
+    runs = tabs["runs"][tabs["runs"]["run_id"].isin(df["run_id"])]
+    keys = distinct_settings(runs, "L")
+    groups = [(key, set(g["run_id"])) for key, g in runs.groupby(keys, sort=True)] if keys else [((), set(runs["run_id"]))]
+    one = len(groups) == 1
+    ncol = min(3, len(groups))
+    nrow = -(-len(groups) // ncol)
+    legend_rows = 0.15 * (cur["L"].nunique() // 4 + 1)
+    fig, axes = plt.subplots(nrow, ncol, squeeze=False, sharex=True, sharey=True,
+                             figsize=(5.2, 4.4 + legend_rows) if one else (3.4 * ncol, 2.9 * nrow + 1.0 + legend_rows))
     mf = tabs["theory_curves"]
-    mf = mf[(mf["metric"] == "mean_field_loss") & mf["run_id"].isin(df["run_id"]) & (mf["epoch"] > 0)]
-    if len(mf):
-        rid = mf["run_id"].iloc[0]
-        one = mf[mf["run_id"] == rid].sort_values("epoch")
-        clock = float(df.loc[df["run_id"] == rid, "clock_per_epoch"].iloc[0])
-        ax.plot(one["epoch"] * clock, one["value"] / one["value"].iloc[0], "k--", lw=1, label="mean field")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("collapse clock τ = η‖v‖⁴·E[(f(v_n) − f(v_k))²]·t")
-    pooled = distinct_settings(tabs["runs"][tabs["runs"]["run_id"].isin(df["run_id"])], "L")
-    ax.set_ylabel("train loss / loss₀ (median over seeds)")
-    ax.set_title("every L on one clock: one curve if L only rescales time"
-                 + (f" (each L's median over seeds and {', '.join(pooled)})" if pooled else ""))
-    legend_below(ax, ncol=4)
+    mf = mf[(mf["metric"] == "mean_field_loss") & mf["run_id"].isin(df["run_id"])]
+    for ax, (key, ids) in zip(axes.ravel(), groups):
+        mine = cur[cur["run_id"].isin(ids)]
+        for L in sorted(mine["L"].unique()):
+            med = mine[mine["L"] == L].groupby("tau")["rel"].median()
+            ax.plot(med.index, med.values, color=colours[float(L)], label=f"L={L:g}",
+                    gid=f"L={L:g}{', ' + setting_label(keys, key) if keys else ''}")
+        theirs = mf[mf["run_id"].isin(ids)]
+        if len(theirs):
+            rid = theirs["run_id"].iloc[0]
+            curve = theirs[theirs["run_id"] == rid].sort_values("epoch")
+            start = float(curve["value"].iloc[0])              # at epoch 0, as the runs' loss₀ (the log axis drops it)
+            curve = curve[curve["epoch"] > 0]
+            clock = float(df.loc[df["run_id"] == rid, "clock_per_epoch"].iloc[0])
+            ax.plot(curve["epoch"] * clock, curve["value"] / start, "k--", lw=1, label="mean field")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        if not one:
+            ax.set_title(setting_label(keys, key), fontsize=8)
+    for ax in axes.ravel()[len(groups):]:
+        ax.axis("off")
+    for ax in axes[-1]:
+        ax.set_xlabel("collapse clock τ" if not one else "collapse clock τ = η‖v‖⁴·E[(f(v_n) − f(v_k))²]·t")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("train loss / loss₀" if not one else "train loss / loss₀ (median over seeds)")
+    title = "every L on one clock: one curve if L only rescales time"
+    if one:
+        axes[0, 0].set_title(title)
+    else:
+        fig.suptitle(f"{title} (each line an L's median over seeds; τ = η‖v‖⁴·E[(f(v_n) − f(v_k))²]·t)", fontsize=9)
+    legend_below(list(axes.ravel()[:len(groups)]), ncol=6 if not one else 4)
     return png(fig)
 
 
