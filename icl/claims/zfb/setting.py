@@ -79,8 +79,8 @@ class Setting:
         per = {k: v for k, v in self.seed_values.get((cid, join(self.label, group)), {}).items() if math.isfinite(v)}
         listed = ", ".join(f"{k}: {fmt(v)}" for k, v in sorted(per.items()))
         if len(per) < MIN_SEEDS:
-            few = (f"{too_few_seeds(len(per))} (each seed's value: {listed or 'none'}); the test prompts' standard errors "
-                   "measure one trained model's test noise, not how another seed trains")
+            few = (f"{too_few_seeds(len(per))}: the test prompts' standard errors measure one trained model's test noise, "
+                   "not how another seed trains")     # each seed's value is in the measurement
             return OverSeeds(value, math.nan, math.nan, f"; per seed: {listed or 'none'} (too few for an interval "
                                                         f"over seeds)", few)
         m, a, b = mean_interval(list(per.values()))
