@@ -272,10 +272,11 @@ def count_flows(G: np.ndarray, D: np.ndarray, counts: np.ndarray, query: np.ndar
     n = torch.as_tensor(n).transpose(1, 2).contiguous()                          # [block, feature, slot]
     log_n = torch.log(n)
     w, own_w = torch.as_tensor(w), torch.as_tensor(own_w)
+    wc = w.unsqueeze(-1)                                                          # [block, slot, 1]
     bg = torch.as_tensor(bg)
     br, bk = bg // K, bg % K
+    blocks = torch.arange(len(bg))
     Db = torch.as_tensor(np.asarray(D, float))[br, bk]                           # D^{(k)} of the block's run
-    is_q = torch.nn.functional.one_hot(bk, K).to(f64).unsqueeze(-1)              # [block, feature, 1]: its query
     G = torch.as_tensor(np.asarray(G, float))
     et = torch.as_tensor(np.asarray(eta, float)).reshape(R, 1, 1)
     loss = torch.empty(R, epochs + 1, dtype=f64)
@@ -288,12 +289,13 @@ def count_flows(G: np.ndarray, D: np.ndarray, counts: np.ndarray, query: np.ndar
             z = S[br, :, bk].unsqueeze(-1) + log_n
             e = torch.exp(z - z.amax(1, keepdim=True))
             total = e.sum(1, keepdim=True)
-        A = e / total                                                             # [block, n, slot]
-        Da = torch.bmm(Db, A)                                                     # (D^{(k)} a)_n
-        quad = (A * Da).sum(1)
+        A = e.div_(total)                                                         # [block, n, slot]
+        AD = torch.bmm(Db, A).mul_(A)                                             # a_n (D^{(k)} a)_n
+        quad = AD.sum(1)
         loss[:, t] = 0.5 * torch.zeros(R, dtype=f64).index_add_(0, br, (w * quad).sum(1))
-        own[:, t] = torch.zeros(R, dtype=f64).index_add_(0, br, ((A * is_q).sum(1) * own_w).sum(1))
-        gb = (A * (Da - quad.unsqueeze(1)) * w.unsqueeze(1)).sum(2)              # ∂L/∂S[n, k], by block
+        own[:, t] = torch.zeros(R, dtype=f64).index_add_(0, br, (A[blocks, bk] * own_w).sum(1))
+        # ∂L/∂S[n, k] by block: Σ_slot w a_n ((D a)_n − quad) = AD·w − A·(quad w)
+        gb = (torch.bmm(AD, wc) - torch.bmm(A, (quad * w).unsqueeze(-1))).squeeze(-1)
         grad = torch.zeros(R * K, K, dtype=f64).index_add_(0, bg, gb).reshape(R, K, K).transpose(1, 2)
         S = S - et * torch.bmm(torch.bmm(G, grad), G)
     return loss.numpy(), own.numpy()
