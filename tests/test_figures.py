@@ -476,6 +476,27 @@ def test_a_crowded_loss_figure_gets_a_panel_per_setting():
     assert len(_panels(few.fig)) == 1 and few.problems == []
 
 
+def test_a_setting_with_many_L_spreads_them_over_panels_within_the_line_limit():
+    """config/paper.yaml's ldl_phase_diagram: 14 L per Δ, each with its median, mean field and
+    uniform attention's level, drew 42 lines on each Δ's panel and failed the report step: the L of a
+    setting are spread over panels of at most MAX_PANEL_LINES lines, each titled with its range."""
+    from icl.report import page as report
+    from icl.report.figures import MAX_PANEL_LINES, crowded_panels
+    Ls = tuple(float(x) for x in np.geomspace(0.05, 5, 14).round(4))
+    runs, curves = _grid_sweep(Ls=Ls, deltas=(1.0, 3.0), Ns=(100,))
+    mf = curves.assign(metric="mean_field_loss", value=curves["value"] * 1.1)
+    ref = pd.Series(runs["L"].to_numpy() ** 2, index=runs["run_id"].to_numpy())
+    f = report.loss_figure(curves, runs, list(Ls), "loss", theory_curves=mf, reference=ref)
+    str(f)
+    panels = _panels(f.fig)
+    lo, hi = f"L {Ls[0]:.3g}–{Ls[6]:.3g}", f"L {Ls[7]:.3g}–{Ls[13]:.3g}"           # 7 and 7
+    assert [ax.get_title() for ax in panels] == [f"delta=1; {lo}", f"delta=1; {hi}", f"delta=3; {lo}", f"delta=3; {hi}"]
+    assert all(len(ax.get_lines()) <= MAX_PANEL_LINES for ax in panels) and not crowded_panels(f.fig)
+    assert f.problems == [], f.problems
+    drawn = {ln.get_gid() for ax in panels for ln in ax.get_lines() if ln.get_gid()}
+    assert {f"L={L:g} median" for L in Ls} <= drawn                             # every L drawn somewhere
+
+
 def test_a_crowded_attention_figure_gets_a_panel_per_setting():
     from icl.report import page as report
     runs, _ = _grid_sweep(Ls=(0.05,))

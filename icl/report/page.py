@@ -27,8 +27,8 @@ from icl import claims, tasks  # noqa: E402
 from icl.report import headline as report_headline, heads as report_heads  # noqa: E402
 from icl.report import ldl as report_ldl, zfb as report_zfb  # noqa: E402
 from icl.report.settings import distinct_settings, setting_label, swept_columns  # noqa: E402
-from icl.report.figures import (QUALITATIVE, REFERENCE, Figure, draw_all, later, legend_below, palette, png,  # noqa: E402
-                         report_layout, thumbnail)
+from icl.report.figures import (MAX_PANEL_LINES, QUALITATIVE, REFERENCE, Figure, draw_all, later, legend_below,  # noqa: E402
+                                palette, png, report_layout, thumbnail)
 from icl.files import atomic_path  # noqa: E402
 from icl.io import read_parquet  # noqa: E402
 from icl.provenance import code_hash, code_version, package_versions  # noqa: E402
@@ -113,6 +113,15 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
         per = f" (a panel per {', '.join(keys)}; band: min–max over seeds)"
     else:
         panels, per = [("", mine)], ""
+    # each value draws its median and, where there are, its mean field, level and test curves: a
+    # panel takes as many values as keep it within MAX_PANEL_LINES (the paper's 14 L drew 42)
+    each = 1 + (theory_curves is not None and len(theory_curves) > 0) + (reference is not None) + bool(test) \
+        + wide_objective(mine)
+    n = -(-len(Ls) // max(1, MAX_PANEL_LINES // each))
+    size = -(-len(Ls) // n)                                        # as even as the count allows: 14 L -> 7 + 7
+    chunks = [Ls[i:i + size] for i in range(0, len(Ls), size)]
+    panels = [("; ".join(p for p in (name, f"{by} {c[0]:.3g}–{c[-1]:.3g}" if len(chunks) > 1 else "") if p), rows, c)
+              for name, rows in panels for c in chunks]
     ncol = min(3, len(panels))
     nrow = -(-len(panels) // ncol)
     one = len(panels) == 1
@@ -120,14 +129,14 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
                              else (3.4 * ncol, 2.5 * nrow + 0.9 + 0.2 * -(-(len(Ls) + 3) // 3)),
                              squeeze=False, sharex=True, sharey=True)
     drew, markers = set(), {}
-    for ax, (name, rows) in zip(axes.ravel(), panels):
+    for ax, (name, rows, values) in zip(axes.ravel(), panels):
         sub = distinct_settings(rows, by)
         if len(Ls) == 1 and sub:       # one value of `by`: each setting a line of its own colour, with its band
             lines = [(setting_label(sub, key), QUALITATIVE[n % len(QUALITATIVE)], g)
                      for n, (key, g) in enumerate(rows[rows[by] == Ls[0]].groupby(sub, dropna=False))]
             per = f" (a line per {', '.join(sub)}, band: min–max over seeds)"
         else:
-            lines = [(f"{by}={L:g}", colours[float(L)], rows[rows[by] == L]) for L in Ls if (rows[by] == L).any()]
+            lines = [(f"{by}={L:g}", colours[float(L)], rows[rows[by] == L]) for L in values if (rows[by] == L).any()]
             per = per or (f" (a line per {', '.join(sub)}: no band)" if sub else "")
         drew |= _loss_panel(ax, curves, lines, by, test, theory_curves, reference, markers)
         if not one:
