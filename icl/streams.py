@@ -8,11 +8,17 @@ made of the run's seed, the stream (epoch) and what is drawn (`purpose`); the ha
 between, all on the device (no copy from the host inside a step), computed in int64 with every product kept below 2^49, so the integers are exactly the same
 on a CPU and on CUDA. Uniforms take the top 24 bits; normals are Box-Muller in float64 and then
 rounded to the caller's dtype, so the two devices agree to float64 rounding before that.
+
+On a CPU the counters' hash, the bulk of a draw, is computed in numpy's uint32 arithmetic instead
+(its products wrap mod 2^32: one multiply where the int64 form takes six operations), a cache-sized
+block at a time: the same integers (test), several times faster, which matters for the small models
+whose fresh prompts cost more than their steps (an LSA shard of zfb_fixed: 25 of 33 s drawing).
 """
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 MASK = 0xFFFFFFFF
@@ -24,11 +30,63 @@ def _mul(x: torch.Tensor, c: int) -> torch.Tensor:
     return (x * (c & 0xFFFF) + (((x * (c >> 16)) & 0xFFFF) << 16)) & MASK
 
 
+def on_host(x: torch.Tensor) -> bool:
+    """Whether x's hashes take the CPU's numpy form: x is in host memory (`.numpy()` a view, not a
+    copy or a wait) and no torch.compile is tracing."""
+    return x.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
 def triple32(x: torch.Tensor) -> torch.Tensor:
-    """Wellons' triple32 hash of 32-bit values held in int64."""
+    """Wellons' triple32 hash of 32-bit values held in int64 (on a CPU in numpy's uint32)."""
+    if on_host(x):
+        u = x.numpy().astype(np.uint32)
+        _triple32_np(u, np.empty_like(u))
+        return torch.from_numpy(u.astype(np.int64))
     for shift, c in _TRIPLE32:
         x = _mul(x ^ (x >> shift), c)
     return x ^ (x >> 14)
+
+
+def _triple32_np(x: np.ndarray, t: np.ndarray) -> None:
+    """triple32 of uint32 values in place (t: scratch of x's shape), in numpy's wrapping arithmetic."""
+    for shift, c in _TRIPLE32:
+        np.right_shift(x, shift, out=t)
+        np.bitwise_xor(x, t, out=x)
+        np.multiply(x, np.uint32(c), out=x)
+    np.right_shift(x, 14, out=t)
+    np.bitwise_xor(x, t, out=x)
+
+
+BLOCK = 2**15     # values hashed at once on a CPU: the block and its scratch stay in the core's cache
+
+
+def uniform64_cpu(k0: torch.Tensor, k1: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    """`Stream._uniform64` on a CPU: (top 24 bits of triple32(triple32(i ^ k0) ^ k1) + ½) / 2^24 for
+    the counters i = lo..hi−1 of every run (k0, k1: (R, 1) int64 key words), the hash in uint32."""
+    if hi > 2**32:
+        raise ValueError(f"a draw of {hi} values a run is past the stream's 2^32 counters")
+    a = k0.numpy().astype(np.uint32).reshape(-1, 1)
+    b = k1.numpy().astype(np.uint32).reshape(-1, 1)
+    counters = np.arange(lo, hi, dtype=np.int64).astype(np.uint32)
+    R, n = len(a), hi - lo
+    out = np.empty((R, n), np.float64)
+    cols = min(n, BLOCK)
+    rows = max(1, BLOCK // max(1, cols))
+    x, t = np.empty(rows * cols, np.uint32), np.empty(rows * cols, np.uint32)
+    for r0 in range(0, R, rows):
+        for c0 in range(0, n, cols):
+            r1, c1 = min(R, r0 + rows), min(n, c0 + cols)
+            xb, tb = x[:(r1 - r0) * (c1 - c0)].reshape(r1 - r0, c1 - c0), t[:(r1 - r0) * (c1 - c0)].reshape(r1 - r0, c1 - c0)
+            np.bitwise_xor(counters[c0:c1], a[r0:r1], out=xb)
+            _triple32_np(xb, tb)
+            np.bitwise_xor(xb, b[r0:r1], out=xb)
+            _triple32_np(xb, tb)
+            np.right_shift(xb, 8, out=xb)
+            block = out[r0:r1, c0:c1]
+            block[...] = xb
+            block += 0.5
+            block *= 2.0 ** -24
+    return torch.from_numpy(out)
 
 
 def run_keys(seeds: torch.Tensor, stream, purpose: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,6 +124,8 @@ class Stream:
     def _uniform64(self, keys, lo: int, hi: int) -> torch.Tensor:
         """U(0, 1) in float64 at counters lo..hi−1 of every run: (top 24 bits of the hash + ½) / 2^24."""
         k0, k1 = keys
+        if on_host(k0):
+            return uniform64_cpu(k0, k1, lo, hi)
         bits = triple32(triple32(torch.arange(lo, hi, dtype=torch.int64, device=self.device) ^ k0) ^ k1)
         return ((bits >> 8).to(torch.float64) + 0.5) * 2.0 ** -24
 

@@ -38,6 +38,30 @@ def test_hash_equals_the_published_one():
     assert all(0 <= g <= MASK for g in got)
 
 
+def test_the_cpus_numpy_hash_is_the_device_forms_bit_for_bit(monkeypatch):
+    """On a CPU the hash runs in numpy's uint32 (`on_host`); on CUDA in int64 torch operations. The
+    two must give the same integers, so the same prompts: every draw kind, seeds past 2^32, a
+    stream past 2^32, counters near 2^31, and blocks (BLOCK) that cut rows and columns."""
+    import icl.streams as streams
+    seeds = torch.tensor([0, 1, 7, 2**40 + 3, 2**62 + 11])
+
+    def draws():
+        st = streams.Stream(seeds, 2**33 + 5)
+        k0, k1 = st._keys(9)
+        return [st.normal(1, (3, 7, 5), torch.float64), st.uniform(2, (11, 3), torch.float64),
+                st.exponential(3, (13,), torch.float64), st._uniform64((k0, k1), 2**31 - 3, 2**31 + 40),
+                triple32(torch.tensor([0, 1, 0xFFFFFFFF, 0x80000000]))]
+    host = draws()
+    monkeypatch.setattr(streams, "BLOCK", 7)           # blocks of 7 values: a row cut in pieces
+    small = draws()
+    monkeypatch.setattr(streams, "BLOCK", 40)          # several rows a block
+    rows = draws()
+    monkeypatch.setattr(streams, "on_host", lambda x: False)
+    device = draws()
+    for a, b, c, d in zip(host, small, rows, device):
+        assert torch.equal(a, d) and torch.equal(b, d) and torch.equal(c, d)
+
+
 def test_uniform_normal_exponential_moments():
     """Mean, variance and tails of 2·10⁶ draws each (standard errors: 2e-4 for a mean of unit
     variance; a tolerance of 5 standard errors)."""
@@ -234,7 +258,11 @@ def test_resumed_fresh_run_equals_an_unbroken_one(tmp_path):
 
 def test_the_step_loop_never_waits_for_the_host(tmp_path, monkeypatch):
     """Between logged epochs nothing is copied to the host: no .cpu(), .item(), .numpy(), .tolist()
-    and no tensor read as a Python bool or number (each of those waits for a GPU's queue)."""
+    and no tensor read as a Python bool or number (each of those waits for a GPU's queue). The
+    stream's hash runs in its device form, as on CUDA (on a CPU it reads its tensors through numpy
+    views, which copy nothing: `on_host`)."""
+    import icl.streams as streams
+    monkeypatch.setattr(streams, "on_host", lambda x: False)
     recs, paths = _gpt(tmp_path)
     sh = ShardTraining(recs, paths, CPU)
     sh.train_epoch(0)                                   # a logged epoch (0) may copy
