@@ -71,9 +71,10 @@ def shard_mem_mb(members: list[Run]) -> int:
 
 
 def train_threads(n_shards: int) -> int:
-    """2 threads for an experiment of one shard; 1 where there are several: a training job starts
-    in 1-2 s and softmax_q's count form trains 180 runs x 400 epochs in about as long, so two
-    one-thread jobs side by side do more than one job with two threads (benchmarks/README.md)."""
+    """Threads of a training (or evaluation) job: 2 for an experiment of one shard; 1 where there
+    are several: a training job starts in 1-2 s and softmax_q's count form trains 180 runs x 400
+    epochs in about as long, so two one-thread jobs side by side do more than one job with two
+    threads (benchmarks/README.md)."""
     return 2 if n_shards == 1 else 1
 
 

@@ -90,8 +90,8 @@ class Setting:
             listed += " (mean squares" + (", all of the interval below 0: the deviation is below the test noise)"
                                           if below else ")")
         return OverSeeds(m, a, b, at_bound=below, text=f"; judged over {len(per)} seeds: mean {fmt(m)} [{fmt(a)}, {fmt(b)}] (95% Student-t "
-                                  f"interval over the seeds' values {listed}; the interval before it is one seed's "
-                                  "test noise only)")
+                                  f"interval over the seeds' values {listed}; the interval before it is the "
+                                  "test prompts' noise alone, on one seed)")
 
     def falling(self, run_ids) -> list[str]:
         """The runs among `run_ids` still approaching their optimum."""
