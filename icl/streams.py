@@ -76,7 +76,8 @@ def uniform64_cpu(k0: torch.Tensor, k1: torch.Tensor, lo: int, hi: int) -> torch
     for r0 in range(0, R, rows):
         for c0 in range(0, n, cols):
             r1, c1 = min(R, r0 + rows), min(n, c0 + cols)
-            xb, tb = x[:(r1 - r0) * (c1 - c0)].reshape(r1 - r0, c1 - c0), t[:(r1 - r0) * (c1 - c0)].reshape(r1 - r0, c1 - c0)
+            shape = (r1 - r0, c1 - c0)
+            xb, tb = x[:math.prod(shape)].reshape(shape), t[:math.prod(shape)].reshape(shape)
             np.bitwise_xor(counters[c0:c1], a[r0:r1], out=xb)
             _triple32_np(xb, tb)
             np.bitwise_xor(xb, b[r0:r1], out=xb)

@@ -60,6 +60,11 @@ def test_the_cpus_numpy_hash_is_the_device_forms_bit_for_bit(monkeypatch):
     device = draws()
     for a, b, c, d in zip(host, small, rows, device):
         assert torch.equal(a, d) and torch.equal(b, d) and torch.equal(c, d)
+    # the uint32 counters stop at 2^32, where the int64 form's would go on: a longer draw is refused
+    k0, k1 = streams.Stream(seeds, 0)._keys(1)
+    assert streams.uniform64_cpu(k0, k1, 2**32 - 2, 2**32).shape == (5, 2)
+    with pytest.raises(ValueError, match="past the stream's 2\\^32 counters"):
+        streams.uniform64_cpu(k0, k1, 2**32 - 2, 2**32 + 1)
 
 
 def test_uniform_normal_exponential_moments():
