@@ -158,14 +158,18 @@ def phase_window(loss: np.ndarray, ref: float) -> int:
 
 
 def phase_counts(loss: np.ndarray, attn: np.ndarray, epochs: np.ndarray, ref: np.ndarray) -> list:
-    """icl.phases of each run's own logit, from epoch 0 to its phase_window."""
-    out = []
+    """icl.phases of each run's own logit, from epoch 0 to its phase_window; runs with the same
+    curves (the seeds of one setting on its balanced mean-field flow) counted once."""
+    out, seen = [], {}
     for l, a, r in zip(loss, attn, ref):
         if not np.isfinite(a).any():
             out.append(None)
             continue
-        end = phase_window(l, r)
-        out.append(phases(epochs[:end + 1], logit(a[:end + 1])))
+        key = (l.tobytes(), a.tobytes(), float(r))
+        if key not in seen:
+            end = phase_window(l, r)
+            seen[key] = phases(epochs[:end + 1], logit(a[:end + 1]))
+        out.append(seen[key])
     return out
 
 

@@ -273,7 +273,7 @@ def test_gd_on_real_prompts_follows_the_sampled_count_flow_closer_than_the_balan
 
 
 def test_flows_integrated_together_equal_the_per_run_flows():
-    """table.flow_curves (ldl.count_flows, all flows of one K, prompt count and length in one batch)
+    """table.flow_curves (flows.count_flows, all flows of one K, prompt count and length in one call)
     against the per-run code, float64 to 1e-10: flows of K = 3 and 4, different L, Δ, c, steps,
     prompt counts (absent features among them) and lengths, random and orthogonal features, and
     the balanced flows (K prompts weighted p_k) with their own attention, non-uniform p included."""
@@ -310,11 +310,12 @@ def test_flows_together_take_the_log_space_form_where_a_prompts_weights_underflo
     V = 2.0 * np.eye(3)
     C = ldl.cosine_label_cov(V, 5.0, 0.5)
     counts, query = rng.multinomial(4, [1 / 3] * 3, size=20), rng.integers(0, 3, 20)
+    from icl.theory import flows
     args = ((V @ V.T)[None], ldl.diff_cov(C)[None], counts[None], query[None], np.full((1, 20), 0.05), np.array([1e3]), 4)
-    np.testing.assert_allclose(ldl.count_flows(*args)[0][0], ldl.mean_field_curve_counts(V, counts, query, C, 1e3, 4),
+    np.testing.assert_allclose(flows.count_flows(*args)[0][0], ldl.mean_field_curve_counts(V, counts, query, C, 1e3, 4),
                                rtol=1e-10)
-    monkeypatch.setattr(ldl, "TINY", 0.0)
-    assert np.isnan(ldl.count_flows(*args)[0][0, 1:]).all()
+    monkeypatch.setattr(flows, "TINY", 0.0)
+    assert np.isnan(flows.count_flows(*args)[0][0, 1:]).all()
 
 
 def _per_run_mean_field_rows(plan_runs, mean_field):
@@ -393,8 +394,9 @@ def test_a_store_of_flows_integrates_only_the_flows_it_lacks(tmp_path, monkeypat
     fresh = table.flow_curves(flows)
     store = str(tmp_path / "flows.npz")
     seen = []
-    real = ldl.count_flows
-    monkeypatch.setattr(ldl, "count_flows", lambda *a: seen.append(len(a[0])) or real(*a))
+    from icl.theory import flows as compiled
+    real = compiled.count_flows
+    monkeypatch.setattr(compiled, "count_flows", lambda *a: seen.append(len(a[0])) or real(*a))
     first = table.flow_curves(flows, store)
     assert seen == [3]
     later = {**flows, 1: flow(1, 2.0), 3: flow(3, 1.0)}

@@ -199,15 +199,12 @@ class Flow(NamedTuple):
     epochs: int
 
 
-FLOW_CHUNK = 1 << 18   # runs x K² x prompts per call of ldl.count_flows: ~60 runs of 300 prompts at K = 4, whose
-                       # arrays stay in cache (1.3-1.8x faster than all 720 runs of benchmarks/pipeline.py at once)
-
-
 def flow_curves(flows: dict, store: str | None = None) -> dict:
-    """{key: (loss, own attention)} over epochs 0..epochs of every flow (ldl.count_flows): flows of one
-    K, number of prompts and epochs are integrated together, in chunks of FLOW_CHUNK. With `store`
-    (an .npz), the flows it holds under the same inputs and integrator are read, not integrated
-    again, and it is rewritten with this call's flows: a plan that gains runs integrates only theirs."""
+    """{key: (loss, own attention)} over epochs 0..epochs of every flow (flows.count_flows): flows of one
+    K, number of prompts and epochs are integrated in one call. With `store` (an .npz), the flows it
+    holds under the same inputs and integrator are read, not integrated again, and it is rewritten
+    with this call's flows: a plan that gains runs integrates only theirs."""
+    from icl.theory.flows import count_flows   # here: numba is the theory step's alone
     names = {key: flow_key(f) for key, f in flows.items()} if store else {}
     known = read_flows(store) if store and os.path.exists(store) else {}
     out = {key: known[h] for key, h in names.items() if h in known}
@@ -216,20 +213,18 @@ def flow_curves(flows: dict, store: str | None = None) -> dict:
         if key not in out:
             groups.setdefault((len(f.V), len(f.query), f.epochs), []).append(key)
     for (K, P, epochs), keys in groups.items():
-        step = max(1, FLOW_CHUNK // (K * K * P))
-        for i in range(0, len(keys), step):
-            fs = [flows[k] for k in keys[i:i + step]]
-            loss, own = ldl.count_flows(np.stack([f.V @ f.V.T for f in fs]), np.stack([ldl.diff_cov(f.C) for f in fs]),
-                                        np.stack([f.counts for f in fs]), np.stack([f.query for f in fs]),
-                                        np.stack([f.weight for f in fs]), np.array([f.eta for f in fs], float), epochs)
-            out.update(zip(keys[i:i + step], zip(loss, own)))
+        fs = [flows[k] for k in keys]
+        loss, own = count_flows(np.stack([f.V @ f.V.T for f in fs]), np.stack([ldl.diff_cov(f.C) for f in fs]),
+                                np.stack([f.counts for f in fs]), np.stack([f.query for f in fs]),
+                                np.stack([f.weight for f in fs]), np.array([f.eta for f in fs], float), epochs)
+        out.update(zip(keys, zip(loss, own)))
     if store and flows:
         write_flows(store, {names[key]: out[key] for key in flows})
     return out
 
 
 def flow_key(f: Flow) -> str:
-    """A flow's name in a store: a hash of its inputs and of the integrator's source (ldl.py), so a
+    """A flow's name in a store: a hash of its inputs and of the integrator's sources (ldl.py, flows.py), so a
     changed input or a changed flow is integrated anew."""
     h = hashlib.sha256(_integrator())
     for a in (f.V, f.C, f.counts, f.query, f.weight):
@@ -242,7 +237,8 @@ def flow_key(f: Flow) -> str:
 
 @functools.cache
 def _integrator() -> bytes:
-    return Path(ldl.__file__).read_bytes()
+    """The sources a flow's numbers depend on: the flow's formulas and its compiled loop."""
+    return b"".join(Path(ldl.__file__).with_name(f).read_bytes() for f in ("ldl.py", "flows.py"))
 
 
 def read_flows(path: str) -> dict:

@@ -79,7 +79,7 @@ def _mean_field_at(s: Setting, choices: Choices) -> list[dict]:
                              f"(η‖v‖⁴λ_max > {MEAN_FIELD_STEP:g}): a step jumps across the dynamics Lemma 2 describes "
                              f"instead of following them, so the mean-field curve makes no prediction here")]
     # dynamics in the window: the runs' loss from the first logged epoch compared to the last one
-    cur = s.curves[s.curves["run_id"].isin(err["run_id"]) & s.curves["epoch"].isin(err["epoch"]) & (s.curves["value"] > 0)]
+    cur = s.curves[s.curves["run_id"].isin(err["run_id"].unique()) & s.curves["epoch"].isin(err["epoch"].unique()) & (s.curves["value"] > 0)]
     ends = cur.sort_values("epoch").groupby("run_id")["value"].agg(["first", "last"])
     fell = np.log10(ends["first"] / ends["last"])
     window = f"epochs {int(err['epoch'].min())}–{int(err['epoch'].max())}"
