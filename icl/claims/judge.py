@@ -136,10 +136,11 @@ def boot(values, stat=np.median, clusters=None, seed: int = 0, min_units: int = 
     if n_units < min_units:
         return math.nan, math.nan
     draws = stats.resamples(n_units, seed)
-    if clusters is None and stat in (np.mean, np.median):      # every resample at once, row by row
-        out = stat(x[draws].astype(float), axis=1)
+    members = [np.flatnonzero(units == u) for u in range(n_units)]
+    if stat in (np.mean, np.median) and len({len(m) for m in members}) == 1:   # every resample at once, row by row
+        rows = draws if clusters is None else np.stack(members)[draws].reshape(len(draws), -1)
+        out = stat(x[rows].astype(float), axis=1)
     else:
-        members = [np.flatnonzero(units == u) for u in range(n_units)]
         out = np.array([stat(x[np.concatenate([members[u] for u in d])]) for d in draws], dtype=float)
     out = out[np.isfinite(out)]
     if not len(out):

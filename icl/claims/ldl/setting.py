@@ -1,6 +1,7 @@
 """One setting of one model (the runs a claim reads) and the thresholds the LDL claims share."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -39,7 +40,13 @@ class Setting:
     curves: pd.DataFrame = field(default_factory=pd.DataFrame)          # train_loss rows of these runs
     theory_curves: pd.DataFrame = field(default_factory=pd.DataFrame)
     domain_note: str = ""      # a broken assumption of runs left out of `runs` (Eq. 4, for the L-claims)
-    flows: dict = field(default_factory=dict, repr=False)   # icl.claims.ldl.flow's readings, made once per setting
+    flows: dict = field(default_factory=dict, repr=False)   # readings made once per setting (icl.claims.ldl.flow's, mean_field's)
+
+    @functools.cached_property
+    def broken(self) -> str:
+        """The theorems' assumptions these runs break at ε = ATTN_TOL (identities.domain), read once
+        per setting: every row of it names them."""
+        return domain(self.runs, ATTN_TOL)
 
     def row(self, cid: str, v: str, *, group: str = "", measurement: str = "", **kw) -> dict:
         """A verdict row of this setting: its label joined to the claim's own group, the runs
@@ -47,7 +54,7 @@ class Setting:
         the claims read, ε = 0.1, unless the claim gives its own), and the claim id marked an
         extension (`ldl.X.ext`) where the model is not LDL's (a kind without its mean-field limit)."""
         meas = "; ".join(p for p in (measurement, self.left_out) if p)
-        kw["domain"] = join(kw["domain"] if "domain" in kw else domain(self.runs, ATTN_TOL), self.domain_note)
+        kw["domain"] = join(kw["domain"] if "domain" in kw else self.broken, self.domain_note)
         if not self.runs.empty and not _of(self.runs, "mean_field"):
             cid += EXT
         return verdict(cid, v, model=self.model, group=join(self.label, group), measurement=meas or "—", **kw)
