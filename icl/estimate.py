@@ -32,6 +32,8 @@ from icl.plan import Run, plan, shape_key, shard_mem_mb, shards, train_threads
 from icl.runtime import log_epochs, pick_device, stable_hash
 
 CALIBRATION_EPOCHS = 3
+TIMED_S, MAX_EPOCHS = 1.0, 50   # a cheap shape is timed over about a second of epochs (their median), not one:
+                                # one timed step of a one-run GPT shard is one sample of a noisy machine
 # Without a CUDA device to time on: matmul FLOP/s by precision, of the GPT ensemble at the seed's §5
 # shape on one H100 80GB (benchmarks/gpt_throughput.py, 2026-11-25, compiled: tf32 50.7, bf16 98;
 # float32 from issue 34's measurement, 80 run-steps/s at ~0.31 TFLOP a run-step), and the least a
@@ -92,7 +94,7 @@ def calibrate(members: list[Run], device: str, threads: int) -> Calibration:
     an epoch of one run on its own prompts takes over a second (a GPT at the paper's size on a
     CPU), the line's figures stand. Else one run on its own prompts; and where the whole shard
     would train CALIBRATION_EPOCHS epochs within BUDGET_S, the whole shard (an ensemble's fixed
-    costs spread over its runs)."""
+    costs spread over its runs), over about TIMED_S seconds of epochs (at most MAX_EPOCHS)."""
     p = members[0].spec["prompts"]
     big = 4 * SMALL
     if p["train"] > big and p["test"] > big:
@@ -103,9 +105,10 @@ def calibrate(members: list[Run], device: str, threads: int) -> Calibration:
                                at(a.epoch_s, b.epoch_s, p["train"]), at(a.log_s, b.log_s, (p["train"] + p["test"]) / 2),
                                b.write_s)
     one = _timed(members[:1], device, threads, epochs=2)
-    if len(members) == 1 or len(members) * one.epoch_s * CALIBRATION_EPOCHS > BUDGET_S:
+    shard_epoch = len(members) * one.epoch_s
+    if shard_epoch * CALIBRATION_EPOCHS > BUDGET_S:
         return one
-    return _timed(members, device, threads, CALIBRATION_EPOCHS)
+    return _timed(members, device, threads, int(np.clip(TIMED_S / max(shard_epoch, 1e-9), CALIBRATION_EPOCHS, MAX_EPOCHS)))
 
 
 def flop_calibrate(members: list[Run]) -> FlopCalibration:
