@@ -53,6 +53,21 @@ def ldl_rows(plan_runs: list[dict], flat_max_L: float | None = None, mean_field:
     return df
 
 
+def label_cov(task: dict, V: np.ndarray) -> np.ndarray | None:
+    """The task family's label covariance at features V (icl.tasks: Task.label_cov), computed once
+    per task and features: the seeds of a sweep share them, and each run asks four times. Read-only."""
+    return _label_cov(json.dumps(task, sort_keys=True), V.shape, np.ascontiguousarray(V, float).tobytes())
+
+
+@functools.lru_cache(maxsize=1024)
+def _label_cov(task: str, shape: tuple, V: bytes) -> np.ndarray | None:
+    spec = json.loads(task)
+    C = family(spec["kind"]).label_cov(spec, np.frombuffer(V).reshape(shape))
+    if C is not None:
+        C.setflags(write=False)
+    return C
+
+
 def mean_field_step(spec: dict, memo: dict, mean_field: frozenset) -> float:
     """icl.theory.ldl.mean_field_step for a run of a mean-field kind (softmax_q) under GD whose task
     knows its label covariance (NaN otherwise); runs that share features, frequencies, task and η
@@ -61,7 +76,7 @@ def mean_field_step(spec: dict, memo: dict, mean_field: frozenset) -> float:
     if not (model["kind"] in mean_field and model["optimizer"] == "gd"):
         return np.nan
     V = features(tok, spec["seed"]).astype(float)
-    C = family(task["kind"]).label_cov(task, V)
+    C = label_cov(task, V)
     if C is None:
         return np.nan
     p = feature_probs(tok)
@@ -81,11 +96,10 @@ def eq4_ratio(spec: dict) -> float:
     icl.theory.ldl.EQ4_MIN the run is outside the theorems' label-gap assumption (icl.claims.ldl)."""
     tok, task = spec["tokens"], spec["task"]
     V = features(tok, spec["seed"]).astype(float)
-    fam = family(task["kind"])
-    C = fam.label_cov(task, V)
+    C = label_cov(task, V)
     if C is None:
         return np.nan
-    return ldl.eq4_ratio(V, C, fam.label_cov(task, V * EQ4_SHRINK), EQ4_SHRINK)
+    return ldl.eq4_ratio(V, C, label_cov(task, V * EQ4_SHRINK), EQ4_SHRINK)
 
 
 def clock_per_epoch(spec: dict) -> float:
@@ -93,7 +107,7 @@ def clock_per_epoch(spec: dict) -> float:
     its label covariance (icl.tasks), else the theorems' η L² Δ² / K."""
     tok, task, eta = spec["tokens"], spec["task"], spec["model"]["lr"]
     V = features(tok, spec["seed"]).astype(float)
-    C = family(task["kind"]).label_cov(task, V)
+    C = label_cov(task, V)
     return ldl.collapse_rate(V, C, eta) if C is not None else eta * task["L"] ** 2 * tok["delta"] ** 2 / tok["K"]
 
 
@@ -154,7 +168,7 @@ def mean_field_rows(plan_runs: list[dict], mean_field: frozenset, store: str | N
         if not (model["kind"] in mean_field and model["optimizer"] == "gd" and tok["kind"] == "discrete"):
             continue
         V = features(tok, s["seed"]).astype(float)
-        C = family(task["kind"]).label_cov(task, V)
+        C = label_cov(task, V)
         if C is None:   # no closed-form label covariance for this task family: no curve
             continue
         p = feature_probs(tok)
