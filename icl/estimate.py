@@ -94,7 +94,8 @@ def calibrate(members: list[Run], device: str, threads: int) -> Calibration:
     an epoch of one run on its own prompts takes over a second (a GPT at the paper's size on a
     CPU), the line's figures stand. Else one run on its own prompts; and where the whole shard
     would train CALIBRATION_EPOCHS epochs within BUDGET_S, the whole shard (an ensemble's fixed
-    costs spread over its runs), over about TIMED_S seconds of epochs (at most MAX_EPOCHS)."""
+    costs spread over its runs); each timed over about TIMED_S seconds of epochs (at most
+    MAX_EPOCHS, at least CALIBRATION_EPOCHS - 1, their median)."""
     p = members[0].spec["prompts"]
     big = 4 * SMALL
     if p["train"] > big and p["test"] > big:
@@ -104,11 +105,11 @@ def calibrate(members: list[Run], device: str, threads: int) -> Calibration:
             return Calibration(1, at(a.prepare_s, b.prepare_s, (p["train"] + p["test"]) / 2),
                                at(a.epoch_s, b.epoch_s, p["train"]), at(a.log_s, b.log_s, (p["train"] + p["test"]) / 2),
                                b.write_s)
-    one = _timed(members[:1], device, threads, epochs=2)
+    one = _timed(members[:1], device, threads, epochs=MAX_EPOCHS + 1, within_s=TIMED_S)
     shard_epoch = len(members) * one.epoch_s
-    if shard_epoch * CALIBRATION_EPOCHS > BUDGET_S:
+    if len(members) == 1 or shard_epoch * CALIBRATION_EPOCHS > BUDGET_S:
         return one
-    return _timed(members, device, threads, int(np.clip(TIMED_S / max(shard_epoch, 1e-9), CALIBRATION_EPOCHS, MAX_EPOCHS)))
+    return _timed(members, device, threads, MAX_EPOCHS + 1, within_s=TIMED_S)
 
 
 def flop_calibrate(members: list[Run]) -> FlopCalibration:
@@ -160,10 +161,12 @@ def _cut(members: list[Run], epochs: int, prompts: int | None) -> list[dict]:
     return runs
 
 
-def _timed(members: list[Run], device: str, threads: int, epochs: int, prompts: int | None = None) -> Calibration:
+def _timed(members: list[Run], device: str, threads: int, epochs: int, prompts: int | None = None,
+           within_s: float = 0.0) -> Calibration:
     """Train these runs for `epochs` epochs (their own specs, epochs cut, and with `prompts` the
     training and test prompts too) from their own prompt files in a temporary folder, and time
-    the parts."""
+    the parts; with `within_s`, stop timing epochs once they took that long (at least
+    CALIBRATION_EPOCHS - 1 of them, or as many as `epochs` allows)."""
     import torch
     from icl.data import ensure_datasets
     from icl.train import ShardTraining
@@ -183,6 +186,8 @@ def _timed(members: list[Run], device: str, threads: int, epochs: int, prompts: 
             if dev.type == "cuda":
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - t)
+            if within_s and len(times) >= CALIBRATION_EPOCHS - 1 and sum(times) >= within_s:
+                break
         t = time.perf_counter()
         sh.log(epochs)
         log = time.perf_counter() - t
