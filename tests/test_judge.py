@@ -45,6 +45,21 @@ def test_cluster_bootstrap_needs_three_units_and_resamples_whole_clusters():
     assert 1.0 <= lo < 5.1 < hi <= 9.1
 
 
+def test_the_bootstrap_takes_every_resample_at_once_as_it_takes_them_one_by_one():
+    """boot's array form (np.mean or np.median; single values, or clusters of one size, interleaved
+    as seeds are in a runs table) against its loop over resamples (the same statistic wrapped, which
+    the array form does not recognise): the same interval. Clusters of unequal size take the loop."""
+    rng = np.random.default_rng(4)
+    x = rng.lognormal(size=35)
+    seeds = np.tile(np.arange(7), 5)
+    for stat in (np.mean, np.median):
+        one_by_one = lambda v, stat=stat: stat(v)
+        assert boot(x, stat) == boot(x, one_by_one)
+        assert boot(x, stat, clusters=seeds) == boot(x, one_by_one, clusters=seeds)
+        uneven = np.r_[seeds[:-1], 0]
+        assert boot(x, stat, clusters=uneven) == boot(x, one_by_one, clusters=uneven)
+
+
 def runs_frame():
     return pd.DataFrame({"run_id": [f"r{i}" for i in range(8)], "model": "m", "lr": [1.0] * 4 + [5.0] * 4,
                          "L": [0.1, 0.1, 1.0, 1.0] * 2, "c": [0.1, 0.1, 1.0, 1.0] * 2, "seed": [0, 1] * 4,

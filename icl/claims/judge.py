@@ -136,10 +136,12 @@ def boot(values, stat=np.median, clusters=None, seed: int = 0, min_units: int = 
     if n_units < min_units:
         return math.nan, math.nan
     draws = stats.resamples(n_units, seed)
-    members = [np.flatnonzero(units == u) for u in range(n_units)]
-    if stat in (np.mean, np.median) and len({len(m) for m in members}) == 1:   # every resample at once, row by row
-        rows = draws if clusters is None else np.stack(members)[draws].reshape(len(draws), -1)
-        out = stat(x[rows].astype(float), axis=1)
+    members = [np.flatnonzero(units == u) for u in range(n_units)] if clusters is not None else None
+    if stat in (np.mean, np.median) and (members is None or len({len(m) for m in members}) == 1):
+        rows = draws if members is None else np.stack(members)[draws].reshape(len(draws), -1)
+        out = stat(x[rows].astype(float), axis=1)                # every resample at once, row by row
+    elif members is None:
+        out = np.array([stat(x[d]) for d in draws], dtype=float)
     else:
         out = np.array([stat(x[np.concatenate([members[u] for u in d])]) for d in draws], dtype=float)
     out = out[np.isfinite(out)]
