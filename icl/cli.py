@@ -141,7 +141,7 @@ def cmd_report(args) -> None:
 
 
 def cmd_index(args) -> None:
-    from icl.report.page import render_index
+    from icl.report.index import render_index
     render_index(_json_arg("--experiments", args.experiments), args.results, args.out)
 
 

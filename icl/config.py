@@ -65,10 +65,17 @@ def _describe(err) -> str:
     return f"{where}: {err.message}" + (f" ({hint})" if hint else "")
 
 
-def _schema_errors(cfg: dict) -> None:
+@functools.cache
+def _validator():
+    """The schema's validator, built once: building it costs more than validating a config with it,
+    and a sweep's values are validated one point at a time (_sweep_values_ok)."""
     import jsonschema       # 0.1 s to import: only where a config is validated
-    validator = jsonschema.Draft202012Validator(config_schema())
-    errors = list(validator.iter_errors(cfg))
+    return jsonschema.Draft202012Validator(config_schema())
+
+
+def _schema_errors(cfg: dict) -> None:
+    import jsonschema
+    errors = list(_validator().iter_errors(cfg))
     if not errors:
         return
     # propertyNames errors carry the parent path; name the offending key itself.

@@ -26,16 +26,14 @@ IDENTITY = {"run_id", "shard", "data_id", "experiment", "config_hash", "code_ver
 def swept_columns(runs: pd.DataFrame, base: list[str]) -> list[str]:
     """Run settings besides `base` that vary within one model (every other swept setting: noise,
     c, width, probs, ...). Comparisons across L are made within each combination of these."""
-    extra = []
-    for col in runs.columns:
-        if col in IDENTITY or col in base or col == "model":
-            continue
-        values = runs[col].astype(str)
-        # a setting zipped to L (the cosine's c tied to L in ldl_shape) moves along the L axis: not a group
-        tied_to_L = (values.groupby([runs["model"], runs["L"].astype(str)]).nunique() <= 1).all()
-        if (values.groupby(runs["model"]).nunique() > 1).any() and not tied_to_L:
-            extra.append(col)
-    return extra
+    cols = [c for c in runs.columns if c not in IDENTITY and c not in base and c != "model"]
+    if not cols:
+        return []
+    values = runs[cols].astype(str)
+    varies = (values.groupby(runs["model"]).nunique() > 1).any()
+    # a setting zipped to L (the cosine's c tied to L in ldl_shape) moves along the L axis: not a group
+    tied_to_L = (values.groupby([runs["model"], runs["L"].astype(str)]).nunique() <= 1).all()
+    return [c for c in cols if varies[c] and not tied_to_L[c]]
 
 
 def step_key(df: pd.DataFrame) -> pd.Series:

@@ -149,7 +149,7 @@ def test_fewer_than_five_seeds_give_no_interval_over_seeds():
 def test_the_index_and_the_report_count_per_setting_verdicts_with_per_run_rows_apart():
     """The issue's case: per-run mean-field rows were added into the index's counts ('170 holds'
     where 67 were per-setting verdicts)."""
-    from icl.report.page import verdict_counts
+    from icl.report.index import verdict_counts
     row = lambda v, scope: claims.verdict("ldl.mean_field", v, prediction="p", measurement="m", reason="r",  # noqa: E731
                                           ci_lo=0.0, ci_hi=1.0, scope=scope)
     rows = [row(HOLDS, "setting")] * 2 + [row(FAILS, "setting")] + [row(HOLDS, "run")] * 5 + [row(FAILS, "run")] * 2

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from icl import claims
-from icl.report import headline as hl, page as report, zfb as report_zfb
+from icl.report import headline as hl, index as report_index, page as report, zfb as report_zfb
 
 
 def _verdicts(rows):
@@ -217,7 +217,7 @@ def test_index_says_which_models_did_not_learn(tmp_path):
     (d / "headline.json").write_text(json.dumps({"models": models, "learning": hl.learning_sentence(models),
                                                  "finding": "Does not hold: zfb.x (gpt: 2 of 2)."}))
     out = tmp_path / "index.html"
-    report.render_index({"x": {"description": ""}}, str(tmp_path / "results"), str(out))
+    report_index.render_index({"x": {"description": ""}}, str(tmp_path / "results"), str(out))
     html = out.read_text()
     assert "gpt: not learned" in html
     assert '<p class="finding">Does not hold: zfb.x (gpt: 2 of 2).</p>' in html

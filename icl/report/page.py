@@ -8,11 +8,9 @@ seeds drawn as a band around the median.
 """
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import json
 import os
-from pathlib import Path
 
 import matplotlib
 
@@ -21,7 +19,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
-from jinja2 import Environment, FileSystemLoader, select_autoescape  # noqa: E402
 
 from icl import claims, tasks  # noqa: E402
 from icl.report import headline as report_headline, heads as report_heads  # noqa: E402
@@ -31,11 +28,11 @@ from icl.report.figures import (MAX_PANEL_LINES, QUALITATIVE, REFERENCE, Figure,
                                 palette, png, report_layout, thumbnail)
 from icl.files import atomic_path  # noqa: E402
 from icl.io import read_parquet  # noqa: E402
+from icl.report.html import TEMPLATES, write_text  # noqa: E402
+from icl.report.index import verdict_counts  # noqa: E402
 from icl.provenance import code_hash, code_version, package_versions  # noqa: E402
 from icl.timing import benchmark_table, summary_line  # noqa: E402
 
-TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
-                        autoescape=select_autoescape(["html", "j2"]))
 
 
 def _band(ax, df: pd.DataFrame, x: str, y: str, label: str, color, log: bool) -> None:
@@ -471,10 +468,10 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
     thumb = key_figure(sections, zfb, head["models"])
     with atomic_path(os.path.join(results_dir, "thumbnail.png")) as tmp, open(tmp, "wb") as fh:
         fh.write(thumbnail(str(thumb)) if thumb else b"")
-    _write(os.path.join(results_dir, "headline.json"),
+    write_text(os.path.join(results_dir, "headline.json"),
            json.dumps({"models": head["models"], "learning": head["learning"], "finding": head["finding"]}, indent=1,
                       ensure_ascii=False))
-    _write(out_path, html)
+    write_text(out_path, html)
 
 
 def headline(experiment: str, exp: dict, tabs: dict, verdicts: pd.DataFrame, ldl: bool,
@@ -512,47 +509,3 @@ def runs_table(runs: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
     t = t.loc[:, t.notna().any()]
     # nullable columns print <NA> whatever na_rep says: as float64 they print "—" and format as numbers
     return t.apply(lambda c: c.astype("float64") if isinstance(c.dtype, (pd.Int64Dtype, pd.Float64Dtype)) else c)
-
-
-def verdict_counts(verdicts: pd.DataFrame) -> tuple[list[tuple[str, int]], int]:
-    """The counts a reader sees first, the same on the index and on each report page: per verdict,
-    the per-setting rows (scope `setting`, one verdict per claim and setting), and apart from them
-    how many per-run rows (scope `run`, e.g. every run against the mean-field curve) lie behind."""
-    scope = verdicts["scope"] if "scope" in verdicts else pd.Series("setting", index=verdicts.index)
-    counts = verdicts.loc[scope != "run", "verdict"].value_counts()
-    return [(v, int(counts.get(v, 0))) for v in claims.VERDICTS], int((scope == "run").sum())
-
-
-def index_entry(name: str, description: str, results_dir: str) -> dict:
-    """What the index says of one experiment: verdict counts and the line of its main finding (the
-    report's headline.json), runs, training time, device, key figure."""
-    verdicts = read_parquet(os.path.join(results_dir, "verdicts.parquet"))
-    summary = read_parquet(os.path.join(results_dir, "summary.parquet"))
-    with open(os.path.join(results_dir, "thumbnail.png"), "rb") as fh:
-        thumb = base64.b64encode(fh.read()).decode()
-    counts, per_run = verdict_counts(verdicts)
-    head = os.path.join(results_dir, "headline.json")
-    said = {}
-    if os.path.exists(head):               # written by the report beside the thumbnail
-        with open(head) as fh:
-            said = json.load(fh)
-    return {"name": name, "description": description, "runs": len(summary), "counts": counts, "per_run": per_run,
-            "learning": said.get("learning", ""), "finding": said.get("finding", ""),
-            "against": report_headline.against_text(verdicts),
-            "train_seconds": float(summary["train_seconds"].sum()),
-            "devices": ", ".join(sorted(set(summary["device"].astype(str)))), "thumbnail": thumb}
-
-
-def render_index(experiments: dict, results: str, out_path: str) -> None:
-    """reports/index.html: per experiment what was found (verdict counts), its key figure, its size
-    and where it ran, and the link to its report."""
-    entries = [index_entry(n, e.get("description", ""), os.path.join(results, n)) for n, e in experiments.items()]
-    html = TEMPLATES.get_template("index.html.j2").render(
-        experiments=entries, version=code_version(), generated=dt.datetime.now().isoformat(timespec="seconds"))
-    _write(out_path, html)
-
-
-def _write(path: str, text: str) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with atomic_path(path) as tmp, open(tmp, "w") as fh:
-        fh.write(text)

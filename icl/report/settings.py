@@ -12,14 +12,11 @@ RUN_IDENTITY = {"run_id", "experiment", "shard", "data_id", "config_hash", "code
 def swept_columns(runs: pd.DataFrame) -> list[str]:
     """The run settings that vary within a model's runs (what the sweep sets: L, Δ, N, the training
     law, the seed, a step the clock sets ...), in runs.parquet's order; `lr` always."""
-    out = []
-    for c in runs.columns:
-        if c in RUN_IDENTITY or runs[c].isna().all():
-            continue
-        vals = runs[c].astype(str)
-        if c == "lr" or vals.groupby(runs["model"]).nunique().max() > 1:
-            out.append(c)
-    return out
+    cols = [c for c in runs.columns if c not in RUN_IDENTITY and not runs[c].isna().all()]
+    if not cols:
+        return []
+    varies = runs[cols].astype(str).groupby(runs["model"]).nunique().max() > 1     # every column at once
+    return [c for c in cols if c == "lr" or varies[c]]
 
 
 def settings_of(runs: pd.DataFrame, by: str) -> list[str]:

@@ -46,7 +46,10 @@ def _integrate(G, D, ct, wt, start, eta, epochs, tiny, loss, own):   # pragma: n
     """count_flows' loop: ct (K, R·P) the counts sorted by (run, query), wt their weights, start
     (R·K + 1) where each (run, query)'s prompts begin. Per step and query k: x = e^{S[:, k] − max},
     a prompt's attention a = c·x / Σ c·x (in log space where Σ c·x < tiny), (D^{(k)} a), its
-    quadratic form q, and ∂L/∂S[n, k] = Σ_p w a_n ((D a)_n − q); then S −= η G (∂L/∂S) G."""
+    quadratic form q, and ∂L/∂S[n, k] = Σ_p w a_n ((D a)_n − q); then S −= η G (∂L/∂S) G.
+    Its vector loops run over one row of contiguous values each (a row's slice, not a[n, p]), and the
+    log-space branch is entered only for a query whose prompts need it: so they vectorise (half the
+    time of indexing a[n, p] with the branch in the loop, benchmarks/README.md)."""
     R, K, P = G.shape[0], G.shape[1], ct.shape[1] // G.shape[0]
     width = 0
     for g in range(R * K):
@@ -64,42 +67,57 @@ def _integrate(G, D, ct, wt, start, eta, epochs, tiny, loss, own):   # pragma: n
                     m = max(m, S[n, k])
                 for n in range(K):
                     x[n] = math.exp(S[n, k] - m)
-                tot[:ng] = 0.0
+                t_ = tot[:ng]
+                t_[:] = 0.0
                 for n in range(K):
+                    an, cn, xn = a[n, :ng], ct[n, g0:g0 + ng], x[n]
                     for p in range(ng):
-                        a[n, p] = ct[n, g0 + p] * x[n]
-                        tot[p] += a[n, p]
+                        v = cn[p] * xn
+                        an[p] = v
+                        t_[p] += v
+                low = False
                 for p in range(ng):
-                    if tot[p] < tiny:          # every present feature scores far below an absent one
-                        zm = -np.inf
-                        for n in range(K):
-                            if ct[n, g0 + p] > 0:
-                                zm = max(zm, S[n, k] + math.log(ct[n, g0 + p]))
-                        tot[p] = 0.0
-                        for n in range(K):
-                            a[n, p] = math.exp(S[n, k] + math.log(ct[n, g0 + p]) - zm) if ct[n, g0 + p] > 0 else 0.0
-                            tot[p] += a[n, p]
-                for p in range(ng):
-                    tot[p] = 1.0 / tot[p]
-                q[:ng] = 0.0
-                for n in range(K):
+                    low |= t_[p] < tiny
+                if low:
                     for p in range(ng):
-                        a[n, p] *= tot[p]
+                        if t_[p] < tiny:
+                            zm = -np.inf
+                            for n in range(K):
+                                if ct[n, g0 + p] > 0:
+                                    zm = max(zm, S[n, k] + math.log(ct[n, g0 + p]))
+                            t_[p] = 0.0
+                            for n in range(K):
+                                a[n, p] = math.exp(S[n, k] + math.log(ct[n, g0 + p]) - zm) if ct[n, g0 + p] > 0 else 0.0
+                                t_[p] += a[n, p]
+                for p in range(ng):
+                    t_[p] = 1.0 / t_[p]
+                q_ = q[:ng]
+                q_[:] = 0.0
                 for n in range(K):
-                    Da[n, :ng] = 0.0
+                    an = a[n, :ng]
+                    for p in range(ng):
+                        an[p] *= t_[p]
+                for n in range(K):
+                    dn = Da[n, :ng]
+                    dn[:] = 0.0
                     for j in range(K):
                         d = D[r, k, n, j]
+                        aj = a[j, :ng]
                         for p in range(ng):
-                            Da[n, p] += d * a[j, p]
+                            dn[p] += d * aj[p]
+                    an = a[n, :ng]
                     for p in range(ng):
-                        q[p] += a[n, p] * Da[n, p]
+                        q_[p] += an[p] * dn[p]
+                wg = wt[g0:g0 + ng]
+                ak = a[k, :ng]
                 for p in range(ng):
-                    L += wt[g0 + p] * q[p]
-                    o += a[k, p]
+                    L += wg[p] * q_[p]
+                    o += ak[p]
                 for n in range(K):
+                    an, dn = a[n, :ng], Da[n, :ng]
                     s = 0.0
                     for p in range(ng):
-                        s += wt[g0 + p] * a[n, p] * (Da[n, p] - q[p])
+                        s += wg[p] * an[p] * (dn[p] - q_[p])
                     grad[n, k] = s
             loss[r, t], own[r, t] = 0.5 * L, o / P
             for i in range(K):                  # S −= η G grad G
