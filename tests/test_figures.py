@@ -628,6 +628,18 @@ def test_the_stability_figure_draws_every_group_in_its_own_colour():
     labels = _legend_texts(fig.fig)
     assert len(labels) == len(set(labels)) == 14 and {f"delta={d}" for d in range(1, 13)} <= set(labels)
     assert fig.problems == [] and _legend_px(fig.fig) >= 9, fig.problems
+    groups = [t for t in labels if t.startswith("delta=")]
+    assert groups == [f"delta={d}" for d in range(1, 13)], groups     # by Δ's value: 2 before 10, not as text
+
+
+def test_group_labels_sort_by_their_numbers():
+    """label_order compares a label's numbers as numbers, its text as text, key by key."""
+    from icl.report.settings import label_order
+    labels = ["delta=10", "delta=2", "delta=1.5", "delta=1", "delta=1e-3", "delta=-4"]
+    assert sorted(labels, key=label_order) == ["delta=-4", "delta=1e-3", "delta=1", "delta=1.5", "delta=2", "delta=10"]
+    two = ["delta=2, N=100", "delta=10, N=20", "delta=2, N=20", "c=1, N=5"]
+    assert sorted(two, key=label_order) == ["c=1, N=5", "delta=2, N=20", "delta=2, N=100", "delta=10, N=20"]
+    assert sorted(["", "delta=3"], key=label_order) == ["", "delta=3"]
 
 
 def test_the_collapse_figure_has_a_panel_per_setting_and_the_mean_field_from_its_start():

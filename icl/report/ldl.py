@@ -11,7 +11,7 @@ import seaborn as sns
 
 from icl import fits
 from icl.report.figures import QUALITATIVE, Figure, later, legend_below, palette, png
-from icl.report.settings import distinct_settings, setting_label
+from icl.report.settings import distinct_settings, label_order, setting_label
 from icl.theory import ldl
 
 
@@ -182,7 +182,7 @@ def stability_figure(tabs, model) -> Figure | None:
     st = tabs["stability"][tabs["stability"]["model"] == model]
     if st.empty or st["lrs_tried"].max() < 2:
         return None
-    groups = list(st.groupby("group", sort=True))
+    groups = sorted(st.groupby("group", sort=False), key=lambda g: label_order(g[0]))    # Δ=2 before Δ=10
     fig, ax = plt.subplots(figsize=(5.2, 4.0 + 0.1 * (2 + len(groups))))
     # every group drawn, each its own colour (past the qualitative palette's ten, evenly spaced hues);
     # the two kinds of line named once, in black, and each group once, by its colour

@@ -3,6 +3,8 @@ one figure apart: what the page and the figure modules name in titles and legend
 runs of different settings under one line without saying so."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -39,3 +41,13 @@ def distinct_settings(runs: pd.DataFrame, by: str) -> list[str]:
 def setting_label(keys: list[str], key) -> str:
     """A group's setting as "token_kind=gaussian, N=20"."""
     return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in zip(keys, np.atleast_1d(key)))
+
+
+_NUMBER = re.compile(r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
+
+
+def label_order(label: str) -> tuple:
+    """A group label's sort key with its numbers compared as numbers ("delta=2" before "delta=10"),
+    so a figure's groups follow their settings, not the text's characters."""
+    parts = _NUMBER.split(label)
+    return tuple((0, float(p), "") if i % 2 else (1, 0.0, p) for i, p in enumerate(parts))

@@ -1,0 +1,3 @@
+from icl.cli import main
+
+main()

@@ -1,0 +1,163 @@
+"""Phase claims: two phases flat, three sharp, and the transition at L*."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from icl.claims import NOT_TESTABLE, UNSURE, fmt
+from icl.claims.judge import Band, Choices, DEFAULT, join, judge, share, too_few_seeds
+from icl.claims.ldl.identities import regimes, resolved, scale_identity, steps
+from icl.claims.ldl.setting import CONVERGED, RESOLUTION, SHARE_BAND, Setting, converged
+from icl.claims.ldl.stability import _boundary_slopes, _percentiles, _seed_counts, _seed_cube
+from icl.phases import PHASE_COUNTER
+
+
+def phase_runs(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The runs whose window can show their phases, and a sentence counting the others: those
+    whose own attention reached Phase I's end, 1/(1+δ), within RESOLUTION steps (Phase I shorter
+    than the steps resolve), those that never converged (their later phases never came) and
+    those whose trace follows no sequence of phases (irregular)."""
+    t1 = df["t_phase_one"].astype(float) if "t_phase_one" in df else pd.Series(np.nan, index=df.index)
+    fast = (t1 * steps(df) < RESOLUTION).fillna(False) if t1.notna().any() else ~resolved(df)
+    short = ~fast & ~converged(df)
+    irregular = ~fast & ~short & df["n_phases"].isna()
+    keep = df[~(fast | short | irregular)]
+    parts = [f"{int(m.sum())} {w}" for m, w in ((fast, f"ended Phase I within {RESOLUTION} steps"),
+                                               (short, f"never reached {CONVERGED:g} of the uniform-attention loss"),
+                                               (irregular, "irregular")) if m.any()]
+    return keep, ("runs left out of the count: " + ", ".join(parts)) if parts else ""
+
+
+# What icl.phases counts on the theory's own curves at the default settings (d = 15, K = 4, N = 100,
+# Δ = 3; L = 0.1, 0.2 flat and 1.5, 2 sharp; 3 seeds), benchmarks/phase_counter.py, the median count
+# per regime. LDL's own mean-field flow (Lemma 2, balanced counts) counts 2 in both regimes: its sharp
+# regime shows no third phase. A model kind whose flat and sharp medians agree cannot show LDL's
+# transition through a count of phases, and the phase claims on it read inconclusive.
+def counter_blind(df: pd.DataFrame) -> str | None:
+    """Why a count of phases cannot decide a phase claim on these runs' model kind (PHASE_COUNTER:
+    its flat and sharp counts agree on the theory's own curves), or None."""
+    for kind in sorted(set(df["model_kind"].astype(str))):
+        tab = PHASE_COUNTER.get(kind)
+        if tab and tab["flat"] == tab["sharp"]:
+            mf = PHASE_COUNTER["mean_field"]
+            return (f"the phase counter does not tell flat from sharp for {kind}: on the theory's own curves "
+                    f"(benchmarks/phase_counter.py, flat L = 0.1, 0.2 and sharp L = 1.5, 2 at Δ = 3, N = 100) it "
+                    f"counts a median {tab['flat']} phases in the flat regime and {tab['sharp']} in the sharp, and "
+                    f"{mf['flat']} and {mf['sharp']} on LDL's own mean-field flow, whose sharp regime shows no third "
+                    f"phase; a count of phases cannot decide this claim")
+    return None
+
+
+def phases_claim(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
+    """Two phases in the flat regime, three in the sharp (Props. 2-4): per regime the share of
+    runs whose own logit shows the predicted number of phases (icl.phases: the fewest stretches
+    that each follow one law of growth, counted on every epoch), with its exact binomial
+    (Clopper–Pearson) interval, against [½, 1]: it holds when the predicted count is what most
+    runs show, and does not hold when most runs show another."""
+    cid = "ldl.phases"
+    df = s.runs
+    if (why := scale_identity(df)):
+        return [s.row(cid, NOT_TESTABLE, prediction="flat: 2, sharp: 3", measurement="—",
+                      reason=why + " (every L traces one curve, so no L can show other phases)")]
+    if df["L_star"].isna().all() or "n_phases" not in df or df["attn_own_final"].isna().all():
+        return [s.row(cid, NOT_TESTABLE, prediction="flat: 2, sharp: 3", measurement="no own attention traced",
+                      reason="phases are counted on the own-feature logit, which continuous tokens do not have")]
+    if (blind := counter_blind(df)):
+        return [s.row(cid, UNSURE, group=rg, prediction=f"{rg}: {want} phases", measurement="—", reason=blind)
+                for rg, want in (("flat", 2), ("sharp", 3))]
+    keep, note = phase_runs(df)
+    reg = regimes(keep, choices.lstar)
+    rows = []
+    for rg, want in (("flat", 2), ("sharp", 3)):
+        n = keep.loc[reg == rg, "n_phases"].astype(float).to_numpy()
+        band = SHARE_BAND
+        pred = f"{rg}: {want} phases in a share of runs {band.text(choices.band)}"
+        if not len(n):
+            rows.append(s.row(cid, UNSURE, group=rg, prediction=pred, measurement=note or "—",
+                              reason=f"no {rg} run whose window can show its phases"))
+            continue
+        sh, lo, hi = share(n == want)
+        v, why = judge(lo, hi, band, choices, f"the share of runs with {want} phases")
+        counts = ", ".join(f"{int(k)}: {c}" for k, c in sorted(pd.Series(n).value_counts().items()))
+        rows.append(s.row(cid, v, group=rg, prediction=pred, value=sh, ci_lo=lo, ci_hi=hi, reason=why,
+                          measurement=join(f"{int((n == want).sum())} of {len(n)} runs show {want} phases ({sh:.0%}, "
+                                           f"exact binomial 95% interval [{fmt(lo)}, {fmt(hi)}]; phases: runs {counts})",
+                                           note)))
+    return rows
+
+
+def transition_at_Lstar(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
+    """One phase more above L* than below (3 − 2): flat and sharp runs are paired (each sorted by
+    seed and L, the i-th flat run with the i-th sharp one, so no run is used twice) and the share
+    of pairs whose sharp run counts exactly one phase more, with its exact binomial
+    (Clopper–Pearson) interval, is judged against [½, 1]. Where Δ or N is swept, the rows
+    `boundary against Δ / N` (phase_boundary) fit where the count crosses 2.5."""
+    cid = "ldl.transition_at_Lstar"
+    band = SHARE_BAND
+    pred = f"sharp run one phase more than flat (3 − 2) in a share of flat/sharp run pairs {band.text(choices.band)}"
+    df = s.runs
+    if (why := scale_identity(df)):
+        return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement="—", reason=why + " (no L can differ from another)")]
+    if "n_phases" not in df or df["L_star"].isna().all():
+        return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement="—", reason="the runs have no L* (continuous tokens)")]
+    if not ((regimes(df, choices.lstar) == "flat").any() and (regimes(df, choices.lstar) == "sharp").any()):
+        return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement="—", reason="the sweep does not cross L*")]
+    if (blind := counter_blind(df)):
+        return [s.row(cid, UNSURE, prediction=pred, measurement="—", reason=blind)]
+    keep, note = phase_runs(df)
+    reg = regimes(keep, choices.lstar)
+    order = lambda d: d.sort_values(["seed", "L"])["n_phases"].astype(float).to_numpy()      # noqa: E731
+    f, sh = order(keep[reg == "flat"]), order(keep[reg == "sharp"])
+    if not (len(f) and len(sh)):
+        return [s.row(cid, UNSURE, prediction=pred, measurement=note or "—",
+                      reason="one regime has no run whose window can show its phases")]
+    m = min(len(f), len(sh))
+    one_more = sh[:m] - f[:m] == 1
+    frac, lo, hi = share(one_more)
+    v, why = judge(lo, hi, band, choices, "the share of pairs one phase apart")
+    return [s.row(cid, v, prediction=pred, value=frac, ci_lo=lo, ci_hi=hi, reason=why,
+                  measurement=join(f"{int(one_more.sum())} of {m} flat/sharp run pairs one phase apart ({frac:.0%}, "
+                                   f"exact binomial 95% interval [{fmt(lo)}, {fmt(hi)}]); mean phases {f.mean():.2f} "
+                                   f"below L* ({len(f)} runs), {sh.mean():.2f} above ({len(sh)})", note))]
+
+
+def phase_boundary(s: Setting, axis: str, choices: Choices = DEFAULT) -> list[dict]:
+    """Where Δ or N is swept (a setting of its own): the L at which the mean phase count first
+    reaches 2.5 (geometric mean of the L either side), per value, and the slope of log boundary
+    on log Δ (−1) or log N (+½), as L* = 1/(Δδ) with δ = sqrt(20K/N) says; bootstrapped over
+    seeds (at least 5), within ±0.5."""
+    cid = "ldl.transition_at_Lstar"
+    want = {"delta": -1.0, "N": 0.5}[axis]
+    name = {"delta": "Δ", "N": "N"}[axis]
+    band = Band(want, want, 0.5)
+    pred = f"phase boundary ∝ L* = 1/(Δδ): slope {want:+g} on log {name}, {band.text(choices.band)}"
+    df = s.runs
+    group = f"boundary against {name}"
+    if df.empty and s.left_out:
+        return [s.row(cid, NOT_TESTABLE, group=group, prediction=pred, measurement="no run to judge",
+                      reason=f"every run of this setting was left out ({s.left_out})")]
+    if df[axis].nunique() < 2:
+        return []
+    if (why := scale_identity(df)):
+        return [s.row(cid, NOT_TESTABLE, group=group, prediction=pred, measurement="—", reason=why)]
+    if (blind := counter_blind(df)):
+        return [s.row(cid, UNSURE, group=group, prediction=pred, measurement="—", reason=blind)]
+    keep, note = phase_runs(df)
+    if not keep["n_phases"].notna().any():
+        return [s.row(cid, UNSURE, group=group, prediction=pred, measurement=note or "no phase count",
+                      reason="no run of this setting has a phase count (see the measurement)")]
+    vals, Ds, Ls = _seed_cube(keep, axis, "n_phases")
+    one = np.ones((1, vals.shape[-1]))
+    sl, bounds = _boundary_slopes(vals, Ds, Ls, one)
+    sl, bounds = float(sl[0]), {D: b for D, b in zip(Ds, bounds[0]) if np.isfinite(b)}
+    if not np.isfinite(sl):
+        return [s.row(cid, UNSURE, group=group, prediction=pred,
+                      measurement=join(f"a boundary inside the L grid at {len(bounds)} value(s) of {name}", note),
+                      reason=f"the phase count crosses 2.5 inside the L grid at fewer than two values of {name}")]
+    lo, hi = _percentiles(_boundary_slopes(vals, Ds, Ls, _seed_counts(vals.shape[-1]))[0])
+    meas = join(f"boundary L by {name}: " + ", ".join(f"{D:g}: {bounds[D]:.3g}" for D in sorted(bounds))
+                + f"; slope {sl:.2f} [{fmt(lo)}, {fmt(hi)}] over {vals.shape[-1]} seeds", note)
+    if (few := too_few_seeds(vals.shape[-1])):
+        return [s.row(cid, UNSURE, group=group, prediction=pred, value=sl, reason=few, measurement=meas)]
+    v, why = judge(lo, hi, band, choices, "the slope")
+    return [s.row(cid, v, group=group, prediction=pred, value=sl, ci_lo=lo, ci_hi=hi, reason=why, measurement=meas)]

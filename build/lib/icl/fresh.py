@@ -1,0 +1,106 @@
+"""Fresh training prompts (train.fresh) made where the model trains: one batched draw per epoch for
+every run of an ensemble, from a counter-based stream per run (icl.streams), so that a run's prompts
+depend on its seed and epoch alone, never on the shard, the chunk or the device it trains on.
+
+What a run's prompts are drawn from is read once per job (its features, feature probabilities,
+covariance, task settings) and held on the device; each epoch then costs a few kernels for all runs.
+The fixed prompt files (train and test splits) are drawn by numpy in icl.data, as before.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from icl.data import STREAM_FRESH, eigenvalues, feature_probs, rotation
+from icl.streams import Stream
+from icl.tasks import family
+
+TOKENS, NOISE, SCALES = 1, 2, 3      # purposes of the tokens' draws (the tasks' start at icl.tasks.PURPOSE)
+STREAM_KIND = "icl.streams triple32 counter hash (integers equal on CPU and CUDA; normals rounded from float64)"
+
+
+class FreshPrompts:
+    """The fresh training prompts of an ensemble's runs: `specs` (their run specs, one shard's: one
+    token kind, d, K, N and train size), `features` (R, K, d) float32 of discrete tokens (else None)."""
+
+    def __init__(self, specs: list[dict], features, device):
+        self.device, self.specs = device, specs
+        self.seeds = [s["seed"] for s in specs]
+        tok = specs[0]["tokens"]
+        self.kind, self.d, self.P = tok["kind"], tok["d"], specs[0]["prompts"]["train"]
+        self.N = specs[0]["prompts"]["N"]
+        t = lambda a: torch.as_tensor(np.asarray(a, dtype=np.float32), device=device)
+        noise = [s["tokens"].get("noise") or 0.0 for s in specs]
+        self.noise = t(noise).view(-1, 1, 1, 1) if any(noise) else None
+        if self.kind == "discrete":
+            self.features = features.to(device)
+            cdf = np.stack([np.cumsum(feature_probs(s["tokens"]) / feature_probs(s["tokens"]).sum()) for s in specs])
+            self.edges = torch.as_tensor(cdf[:, :-1] / cdf[:, -1:], dtype=torch.float64, device=device)
+        elif self.kind == "random_covariance":
+            self.scale = t([s["tokens"].get("scale", 1.0) for s in specs]).view(-1, 1, 1, 1)
+        else:
+            self.sqrt_eig = t([np.sqrt(eigenvalues(s["tokens"])) for s in specs]).view(len(specs), 1, 1, -1)
+            rots = [rotation(s["tokens"]) for s in specs]
+            self.rot_t = (t([np.eye(self.d) if R is None else R.T for R in rots]).unsqueeze(1)
+                          if any(R is not None for R in rots) else None)
+        self.seed_t = torch.as_tensor(self.seeds, dtype=torch.int64, device=device)
+        self._draw = self.draw_at
+        by_kind: dict[str, list[int]] = {}
+        for i, s in enumerate(specs):
+            by_kind.setdefault(s["task"]["kind"], []).append(i)
+        self.tasks = []          # (family, its runs' rows, their settings on the device)
+        for k, ix in by_kind.items():
+            fam = family(k)
+            settings = fam.fresh_settings([specs[i]["task"] for i in ix], self.d)
+            self.tasks.append((fam, torch.as_tensor(ix, device=device), {n: t(v) for n, v in settings.items()}))
+
+    def draw(self, epoch: int, stage: dict | None = None) -> dict:
+        """Epoch `epoch`'s prompts of every run: x (R, P, T, d), y (R, P, T), feat (R, P, T) (−1 for
+        continuous tokens) and the features; `stage` (icl.data.curriculum_stage) shortens them to its
+        points and zeroes x past its dims (the task's w is still drawn in all d)."""
+        stream = torch.full((), STREAM_FRESH + epoch, dtype=torch.int64, device=self.device)   # no copy from the host
+        return self._draw(stream, stage["points"] if stage else self.N + 1, stage["dims"] if stage else self.d)
+
+    def compile(self) -> None:
+        """Draw through torch.compile (the hash's few dozen integer operations become a kernel or
+        two; one graph per curriculum stage, the epoch a tensor)."""
+        self._draw = torch.compile(self.draw_at, dynamic=False)
+
+    def uncompile(self) -> None:
+        self._draw = self.draw_at
+
+    def draw_at(self, stream: torch.Tensor, T: int, dims: int) -> dict:
+        st = Stream(self.seed_t, stream)
+        x, feat = self.tokens(st, (self.P, T, self.d))
+        if dims < self.d:
+            x[..., dims:] = 0.0
+        if len(self.tasks) == 1:
+            y = self.tasks[0][0].draw_fresh(self.tasks[0][2], x, st)
+        else:                                # a shard mixing task families: each on its own runs' rows
+            y = x.new_empty(x.shape[:-1])
+            for fam, ix, settings in self.tasks:
+                y[ix] = fam.draw_fresh(settings, x[ix], Stream(self.seed_t[ix], stream))
+        out = {"x": x, "y": y, "feat": feat}
+        if self.kind == "discrete":
+            out["features"] = self.features
+        return out
+
+    def tokens(self, st: Stream, shape: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokens x (R, P, T, d) and their feature index (−1 where tokens are continuous)."""
+        P, T, d = shape
+        R = len(self.seeds)
+        if self.kind == "discrete":
+            u = st.uniform(TOKENS, (P, T), torch.float64)
+            idx = (u.unsqueeze(-1) >= self.edges.view(R, 1, 1, -1)).sum(-1)
+            x = self.features[torch.arange(R, device=self.device).view(R, 1, 1), idx]
+            if self.noise is not None:
+                x = x + self.noise * st.normal(NOISE, shape)
+            return x, idx
+        z = st.normal(TOKENS, shape)
+        if self.kind == "random_covariance":          # Λ_τ = diag(λ) per prompt, λ_i ~ scale·Exp(1)
+            x = z * torch.sqrt(self.scale * st.exponential(SCALES, (P, 1, d)))
+        else:
+            x = z * self.sqrt_eig
+            if self.rot_t is not None:                # x = R·diag(√λ)·z
+                x = x @ self.rot_t
+        return x, torch.full((R, P, T), -1, dtype=torch.int64, device=self.device)

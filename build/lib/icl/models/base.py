@@ -1,0 +1,454 @@
+"""What every model kind shares: the Model interface, prompts as a model reads them (Batch),
+attention summaries, and the initialisation streams.
+
+Ensemble models: every parameter has a leading run dimension R, so one call trains a shard.
+Inputs: x (R, B, T, d) with the query last (T = N + 1), y (R, B, T) whose query entry is the
+target and is never shown to the model. Every model computes only what the loss reads.
+
+The training loop talks to a model through four calls: `prepare` (prompts into the form the
+model reads, a Batch), `step` (loss, gradients and what the forward saw), `loss` (the same
+without gradients) and `diagnostics` (what the model logs about itself: attention, its
+matrices). The plan, the tables and the report ask the kind (the class, no instance) for what
+depends on it: the runs.parquet columns of its settings (`columns`), its memory (`train_bytes`,
+`eval_bytes`), the checks of its settings (`check`) and what it is, its traits (`linear_attention`,
+`linear_in_labels`, `label_average`, `mean_field`, `has_positions`, `nonlinear`; the kinds that
+have one: `icl.models.kinds(trait)`). So nothing outside a kind's module branches on its name (a
+claim, a theory table or a figure asks for a trait: tests/test_layers.py checks), and a new kind
+touches its module, `icl/models/__init__.py` (one line) and the schema. A kind's own settings
+(beside name, kind, optimizer, lr) are a frozen dataclass in its module, typed and defaulted there
+once (`Settings`, read with `settings(model)`); tests/test_model_settings.py holds the schema's
+per-kind properties and defaults against it.
+
+torch is imported on first use (`lazy_torch`): the plan runs at Snakemake's parse time and the
+tables and report jobs never train, and importing torch costs 1-3 s a process.
+"""
+from __future__ import annotations
+
+import dataclasses
+import zlib
+
+import numpy as np
+
+from icl.data import tokens_are_features
+
+
+class _LazyTorch:
+    """Stands for `torch` in a module's globals until the module first uses it, then puts the real
+    module in its place (so later uses cost nothing)."""
+
+    def __init__(self, namespace: dict):
+        self._namespace = namespace
+
+    def __getattr__(self, name):
+        import torch as real
+        self._namespace["torch"] = real
+        return getattr(real, name)
+
+
+def lazy_torch(namespace: dict):
+    """`torch = lazy_torch(globals())`: torch, imported when the module first touches it."""
+    return _LazyTorch(namespace)
+
+
+torch = lazy_torch(globals())
+
+
+def init_rng(seed: int, name: str) -> np.random.Generator:
+    """Initialization stream of one run: independent of the data streams (stream >= 1000)."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, 1000, zlib.crc32(name.encode())])))
+
+
+class Batch:
+    """Prompts as a model reads them: tensors with leading (run, prompt) dimensions in `prompts`
+    (always `target`, the query's label), and per-run tensors in `runs` (feature vectors)."""
+
+    def __init__(self, prompts: dict, runs: dict | None = None):
+        self.prompts, self.runs = prompts, runs or {}
+
+    def __getitem__(self, key):
+        return self.prompts[key] if key in self.prompts else self.runs[key]
+
+    def __contains__(self, key):
+        return key in self.prompts or key in self.runs
+
+    def take(self, it: torch.Tensor) -> "Batch":
+        """The prompts it[r] of every run r (a minibatch)."""
+        ar = torch.arange(it.shape[0], device=it.device).unsqueeze(1)
+        return Batch({k: v[ar, it] for k, v in self.prompts.items()}, self.runs)
+
+
+
+def knn_count(N: int) -> int:
+    """How many nearest context tokens `attn_knn` sums over: a tenth of the context, at least 1."""
+    return max(1, N // 10)
+
+
+def nearest(dist: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices (R, B, k) of the k context tokens with the smallest distance to the query, ties
+    broken by position (a stable sort), so that every form of a prompt picks the same tokens."""
+    return torch.sort(dist, dim=-1, stable=True).indices[..., :k]
+
+
+def nearest_tokens(x: torch.Tensor, k: int) -> torch.Tensor:
+    """The k context tokens closest to the query (Euclidean).
+
+    attn_knn (the attention mass on them) is the attention summary for continuous tokens, where
+    there are no features. For discrete tokens it saturates below 1 (k = N/10 tokens of the
+    ~N/K that share the query's feature): read attn_own there."""
+    return nearest(((x[:, :, :-1] - x[:, :, -1:]) ** 2).sum(-1), k)
+
+
+def token_batch(arrays, diagnose: bool, K) -> Batch:
+    """The token form every model can read: x, y; with `diagnose`, what the attention summaries
+    need: the query's nearest context tokens and, for discrete tokens, the tokens' features and
+    the query's feature one-hot. `arrays(name)` gives one stacked array (x, y, feat, features)."""
+    x, y = arrays("x"), arrays("y")
+    prompts, runs = {"x": x, "y": y, "target": y[:, :, -1]}, {}
+    if diagnose:
+        prompts["knn"] = nearest_tokens(x, knn_count(x.shape[2] - 1))
+        if K:
+            feat = arrays("feat").long()
+            prompts["feat"] = feat
+            prompts["query"] = torch.nn.functional.one_hot(feat[:, :, -1], K).to(x.dtype)
+            prompts["same"] = (feat[:, :, :-1] == feat[:, :, -1:]).to(x.dtype)   # tokens of the query's feature
+            runs["features"] = arrays("features")
+    return Batch(prompts, runs)
+
+
+def own_attention(own, query) -> torch.Tensor:
+    """attn_own per run (R,) from each prompt's mass on the tokens of its query's feature, own
+    (R, B), and the query's feature as a one-hot (R, B, K): the diagonal mean of the attention
+    map (the mean over query features j of the mean own mass of the queries with feature j;
+    features no query has are left out). The trace computes it every epoch from these two
+    (R, B) quantities alone, and the logs from the same function, so they agree exactly."""
+    sums = torch.bmm(query.transpose(1, 2), own.unsqueeze(-1))[..., 0]                # (R, K)
+    return (sums / query.sum(1)).nanmean(-1)
+
+
+def attention_logs(mass, query, entropy, knn_mass, K, own=None) -> dict:
+    """Per-run summaries of attention from per-prompt quantities: `mass` (R, B, K) on each key
+    feature, the query's feature as a one-hot (R, B, K), the entropy over tokens and the mass on
+    the nearest tokens (R, B), and (optional) each prompt's own mass (R, B). attn[r, k, j] is the
+    mean mass a query with feature j puts on feature k (NaN where no query has feature j);
+    attn_own its diagonal mean (own_attention)."""
+    out = {"attn_entropy": entropy.mean(1), "attn_knn": knn_mass.mean(1)}
+    if K:
+        sums = torch.bmm(query.transpose(1, 2), mass)                                  # [r, j, k]
+        amap = (sums / query.sum(1).unsqueeze(-1)).transpose(1, 2)
+        out["attn"] = amap
+        out["attn_own"] = own_attention((mass * query).sum(-1) if own is None else own, query)
+    return out
+
+
+def token_attention_logs(a, batch: Batch, K) -> dict:
+    """attention_logs of token-level attention a (R, B, N)."""
+    ent = -(a * torch.log(a.clamp_min(1e-30))).sum(-1)
+    knn = torch.gather(a, 2, batch["knn"]).sum(-1)
+    if not K:
+        return attention_logs(None, None, ent, knn, None)
+    mass = torch.zeros(*a.shape[:2], K, dtype=a.dtype, device=a.device).scatter_add_(2, batch["feat"][:, :, :-1], a)
+    return attention_logs(mass, batch["query"], ent, knn, K, own=token_own(a, batch))
+
+
+def token_own(a, batch: Batch) -> torch.Tensor:
+    """Each prompt's attention mass on the context tokens of its query's feature, (R, B), from
+    token-level attention a (R, B, N)."""
+    return (a * batch["same"]).sum(-1)
+
+
+def count_batch(arrays, diagnose: bool, K: int) -> Batch:
+    """The count form of noiseless discrete prompts: per prompt the number n_k and label sum S_k
+    of its context tokens of each feature, and the query's feature; the tokens themselves are
+    never read. Every token of feature k in a prompt is the same (v_k, f(v_k)), so a model whose
+    context enters through a softmax over tokens sees a prompt exactly through (n, S)."""
+    feat, y, V = arrays("feat").long(), arrays("y"), arrays("features")
+    ctx = feat[:, :, :-1]
+    zeros = torch.zeros(*ctx.shape[:2], K, dtype=y.dtype, device=y.device)
+    n = zeros.scatter_add(2, ctx, torch.ones_like(y[:, :, :-1]))
+    query = torch.nn.functional.one_hot(feat[:, :, -1], K).to(y.dtype)
+    prompts = {"n": n, "S": zeros.scatter_add(2, ctx, y[:, :, :-1]), "absent": n == 0, "query": query,
+               "target": y[:, :, -1]}
+    if diagnose:   # how many of the query's nearest tokens carry each feature (attn_knn)
+        D = ((V.unsqueeze(1) - V.unsqueeze(2)) ** 2).sum(-1)                 # [r, j, k] = |v_k - v_j|^2
+        dist = torch.gather(torch.bmm(query, D), 2, ctx)                     # per token, as nearest_tokens
+        near = torch.gather(ctx, 2, nearest(dist, knn_count(ctx.shape[2])))
+        prompts["near"] = zeros.scatter_add(2, near, torch.ones_like(near, dtype=y.dtype))
+    return Batch(prompts, {"features": V})
+
+
+def count_attention_logs(mass, batch: Batch, K: int) -> dict:
+    """attention_logs of the count form: mass (R, B, K) the attention on each feature's tokens
+    together (mass / n_k on each of them)."""
+    n = batch["n"]
+    w = torch.where(n > 0, mass / n.clamp_min(1), torch.zeros_like(n))
+    ent = -(n * w * torch.log(w.clamp_min(1e-30))).sum(-1)
+    return attention_logs(mass, batch["query"], ent, (batch["near"] * w).sum(-1), K)
+
+
+@dataclasses.dataclass(frozen=True)
+class NoSettings:
+    """A kind with no settings of its own."""
+    unfilled = ()      # settings whose default the schema leaves out (see GPTSettings)
+
+
+class Model:
+    """A model kind: what the training loop calls (an instance, for one shard's model section
+    and tokens), and what the plan, the tables and the report ask of the kind (classmethods on
+    a run's spec; no torch). The defaults read the token form."""
+
+    kind = ""
+    Settings = NoSettings      # the kind's own settings, a frozen dataclass with their defaults
+    has_attention = True
+    # Traits: what a claim, a theory table or a figure needs of a kind (icl.models.kinds(trait) lists
+    # the kinds that have one); set in each kind's module, never read off its name.
+    linear_attention = False   # ZFB's linear self-attention: ŷ = x_qᵀ B m̂ at zero side blocks; logs `effective`;
+                               # ZFB's closed forms (the optimum Γ⁻¹, its limits, the LSA claims) describe it
+    linear_in_labels = False   # ŷ linear in the context labels, so the LSA's limit binds it (zfb.beyond_lsa
+                               # compares the others with the LSA)
+    label_average = False      # ŷ = Σ aᵢyᵢ, a convex combination of the context labels: the loss is bounded (GD
+                               # cannot diverge), and a task that scales the labels by L scales it by L² (LDL's
+                               # scale identity)
+    mean_field = False         # LDL's model: a softmax over key features with one Q (logits v_kᵀ Q v_j), so its
+                               # mean-field flow, collapse clock and the shift invariance of GD on its logits apply
+    has_positions = False      # a positional embedding setting (`positional`): ZFB §5's GPT claims (the length spike)
+    nonlinear = False          # a deep nonlinear network with no closed-form theory (the block, the GPT)
+    column_types: dict = {}    # runs.parquet columns of the kind's settings: name -> pandas dtype
+
+    # ---- the kind, asked by the plan, the tables and the report (run specs, no instance)
+
+    @classmethod
+    def settings(cls, model: dict):
+        """The kind's own settings of a model section, a missing or null one at its default."""
+        names = {f.name for f in dataclasses.fields(cls.Settings)}
+        return cls.Settings(**{k: v for k, v in model.items() if k in names and v is not None})
+
+    @classmethod
+    def columns(cls, spec: dict) -> dict:
+        """The runs.parquet columns of a run's model settings (those in `column_types`)."""
+        return {c: spec["model"].get(c) for c in cls.column_types}
+
+    @classmethod
+    def check(cls, model: dict, exp: dict) -> list[tuple[str, str]]:
+        """Settings that are wrong together (the schema checks each alone): (key under the model
+        section, what is wrong and what is allowed) for each problem."""
+        return []
+
+    # Memory (bytes of one run inside a training ensemble; benchmarks/memory.py measures each kind
+    # at the paper's shapes against the slope of the peak RSS over two shard sizes). The parts:
+    # the prompts as the model holds them, each split's per-prompt floats (`prompt_floats`) plus
+    # the token sequences a model caches for the two batches it saw last (`cache_floats`); the
+    # larger of a training step's activations (`step_floats` per prompt of the batch) and a no-
+    # gradient forward's (chunked where a kind would otherwise hold more: then a constant of the
+    # job, not of the run); the parameters with their gradient and optimizer state; the logs and
+    # the every-epoch trace (float64). What does not grow with the runs (Python, torch, one group
+    # of prompts being prepared, a chunk of a forward) is the job's base, not counted here.
+
+    @staticmethod
+    def _prompts(spec: dict) -> dict:
+        p, tok = spec["prompts"], spec["tokens"]
+        return {"train": p["train"], "test": p["test"], "batch": spec["train"].get("batch_size") or p["train"],
+                "fresh": bool(spec["train"].get("fresh")), "N": p["N"], "T": p["N"] + 1, "d": tok["d"],
+                "K": tok.get("K") if tok["kind"] == "discrete" else None}
+
+    @classmethod
+    def prompt_floats(cls, spec: dict, diagnose: bool) -> float:
+        """Floats (4 bytes) one prompt holds in the token form: x and y, and where prompts are
+        prepared with diagnostics (the fixed training prompts) the query's nearest tokens (int64)
+        and, for discrete tokens, every token's feature (int64), whether it is the query's, and
+        the query's one-hot."""
+        s = cls._prompts(spec)
+        out = s["T"] * (s["d"] + 1)
+        if diagnose:
+            out += 2 * max(1, s["N"] // 10) + (2 * s["T"] + s["N"] + s["K"] if s["K"] else 0)
+        return out
+
+    @classmethod
+    def cache_floats(cls, spec: dict) -> float:
+        """Floats per prompt of the token sequence a kind caches for a batch it reads again."""
+        return 0
+
+    @classmethod
+    def step_floats(cls, spec: dict) -> float:
+        """Floats per prompt of the batch that a training step holds at its peak."""
+        return 3 * cls._prompts(spec)["N"]
+
+    @classmethod
+    def forward_floats(cls, spec: dict) -> float:
+        """Floats per test prompt of a forward without gradients (0 where it is chunked)."""
+        return 0
+
+    @classmethod
+    def n_params(cls, spec: dict) -> int:
+        return 0
+
+    @classmethod
+    def train_bytes(cls, spec: dict) -> int:
+        """Peak memory of one run inside a training ensemble (see the comment above): what the
+        planner cuts shards by and a job asks its scheduler for."""
+        s = cls._prompts(spec)
+        held = s["train"] * cls.prompt_floats(spec, True) + s["test"] * cls.prompt_floats(spec, False)
+        seen = [s["train"], s["test"]]
+        if s["fresh"]:                         # this epoch's new prompts, and their cache
+            held += s["train"] * cls.prompt_floats(spec, False)
+            seen.append(s["train"])
+        elif s["batch"] < s["train"]:          # a minibatch taken from the training prompts
+            held += s["batch"] * cls.prompt_floats(spec, True)
+            seen.append(s["batch"])
+        held += sum(sorted(seen)[-2:]) * cls.cache_floats(spec)          # the last two batches' caches
+        copies = 5 if spec["model"]["optimizer"] == "adam" else 3       # value, gradient, (moments), update
+        passes = max(s["batch"] * cls.step_floats(spec), s["test"] * cls.forward_floats(spec))
+        return int(4 * (held + passes) + 4 * copies * cls.n_params(spec) + cls.log_bytes(spec))
+
+    @classmethod
+    def ensemble_cap(cls, spec: dict) -> int | None:
+        """Most runs a shard should step together on a CPU, where more would be slower per run
+        than a loop over them (the plan cuts shards to it unless `device: cuda`); None: no cap."""
+        return None
+
+    @classmethod
+    def log_bytes(cls, spec: dict) -> int:
+        """The logs (float64, every logged epoch) and the trace (every epoch: three losses, the own
+        attention, softmax_q's K×K logits) of one run."""
+        tr, s = spec["train"], cls._prompts(spec)
+        logged = tr["epochs"] // tr["log_every"] + 2
+        K2 = (s["K"] or 0) ** 2
+        per_log = 6 + K2 + cls.log_matrix_floats(spec)
+        return 8 * (logged * per_log + (tr["epochs"] + 1) * (4 + K2))
+
+    @classmethod
+    def log_matrix_floats(cls, spec: dict) -> int:
+        """Floats a logged epoch holds beyond the curves and one K x K map (matrices, per-head maps)."""
+        return 0
+
+    @classmethod
+    def eval_bytes(cls, spec: dict, width: int = 1) -> int:
+        """Rough peak memory of evaluating one run on its largest cell: the prompts in float64
+        (numpy) and float32 (torch), the baselines' per-prompt d×d systems and the forward pass."""
+        ev, d = spec["evaluate"], spec["tokens"]["d"]
+        P, n_tok = ev["prompts"], max(ev["lengths"]) + 1
+        data = P * n_tok * (d + 1) * (8 + 4) + P * d * d * 8 * 4
+        return data + 4 * P * n_tok * (d + 2 + 2 * width)
+
+    # ---- one shard's model
+
+    def __init__(self, spec: dict, tokens: dict | int):
+        if isinstance(tokens, int):          # Model(spec, d): token form, no features
+            tokens = {"kind": "gaussian", "d": tokens}
+        self.tokens, self.d = tokens, tokens["d"]
+        self.K = tokens.get("K") if tokens.get("kind") == "discrete" else None
+
+    def log_shapes(self) -> dict:
+        """Per-run shape of every array `diagnostics` and `test_losses` return beyond the standard
+        losses (the loop allocates the logs)."""
+        if not self.has_attention:
+            return {}
+        out = {"attn_entropy": (), "attn_knn": ()}
+        if self.K:
+            out.update({"attn_own": (), "attn": (self.K, self.K)})
+        return out
+
+    def prepare(self, arrays, diagnose: bool = True) -> Batch:
+        """The prompts in the form this model reads (`arrays(name)`: x, y, feat, features)."""
+        return token_batch(arrays, diagnose, self.K)
+
+    def predict(self, params, batch: Batch):
+        return self.forward(params, batch["x"], batch["y"])
+
+    def step(self, params, batch: Batch):
+        """loss (R,), gradients, and what the forward saw (its attention), from one forward:
+        autograd through `predict` (the block, the LSA, the GPT); the forward and the loss compiled
+        where `compile` was called (autograd then runs the compiled backward)."""
+        with torch.enable_grad():
+            leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+            loss, pred, a = self._forward_loss(leaves, batch)
+            grads = torch.autograd.grad(loss.sum(), list(leaves.values()))
+        self.step_query_loss = self.query_loss(pred.detach(), batch)
+        return loss.detach(), dict(zip(leaves, grads)), None if a is None else a.detach()
+
+    def forward_loss(self, params, batch: Batch):
+        """The objective (R,), the prediction and what the forward saw: what `step` differentiates."""
+        pred, a = self.predict(params, batch)
+        return self.objective(pred, batch), pred, a
+
+    @property
+    def _forward_loss(self):
+        return self.__dict__.get("_compiled") or self.forward_loss
+
+    def compile(self, **options) -> None:
+        """Train through torch.compile of `forward_loss` (one graph per prompt shape: a curriculum
+        stage compiles once). Raises what torch raises when it cannot; the caller falls back."""
+        self._compiled = torch.compile(self.forward_loss, dynamic=False, **options)
+
+    def uncompile(self) -> None:
+        self.__dict__.pop("_compiled", None)
+
+    bf16_blocks = False         # `train.precision: bf16` autocasts the kind's inner blocks (kinds that say so)
+
+    def autocast(self):
+        """The blocks' precision (`precision`, set by the trainer): bfloat16 autocast of their
+        matmuls under `bf16`, nothing otherwise (float32, or TF32 matmuls set globally)."""
+        import contextlib
+        if getattr(self, "precision", "float32") != "bf16":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=torch.bfloat16)
+
+    def loss(self, params, batch: Batch):
+        """loss (R,) and what the forward saw, without gradients."""
+        pred, seen = self.predict(params, batch)
+        return self.objective(pred, batch), seen
+
+    def objective(self, pred, batch: Batch):
+        """The training loss per run (R,): ½ mean squared error of the query's prediction."""
+        return 0.5 * ((pred - batch["target"]) ** 2).mean(1)
+
+    def query_loss(self, pred, batch: Batch):
+        """½ mean squared error at the query alone (R,): what t_escape reads. `step` leaves the
+        last step's in `step_query_loss`, so the trace needs no second forward; equal to the
+        objective for every kind whose loss reads the query only."""
+        return Model.objective(self, pred, batch)
+
+    def test_losses(self, params, batch: Batch) -> dict:
+        """What the logs keep of the test prompts: the objective (`test_loss`). A kind whose objective
+        reads more than the query adds the query's own (`test_query_loss`, in its log_shapes): the
+        references a run is judged against (uniform attention, the feature oracle) are at the query."""
+        return {"test_loss": self.loss(params, batch)[0]}
+
+    def diagnostics(self, params, batch: Batch, seen) -> dict:
+        return token_attention_logs(seen, batch, self.K) if self.has_attention else {}
+
+    def trace(self, params, batch: Batch, seen) -> dict:
+        """What icl.train.Trace keeps of a step every epoch, beside the loss: the own attention
+        (discrete tokens), from what the step's forward saw, and nothing of the rest of the
+        diagnostics (entropy, nearest-token mass, K x K maps: those are logged every log_every
+        epochs). Equal to the logged attn_own (the same function of the same numbers)."""
+        if not (self.K and self.has_attention) or seen is None:
+            return {}
+        return {"attn_own": own_attention(self.own_mass(batch, seen), batch["query"])}
+
+    def own_mass(self, batch: Batch, seen) -> torch.Tensor:
+        """Each prompt's attention on the tokens of its query's feature (R, B), from `seen`."""
+        return token_own(seen, batch)
+
+    def loss_and_grads(self, params, x, y):
+        """Loss and gradients on token-form prompts x, y (tests, benchmarks)."""
+        loss, grads, _ = self.step(params, Batch({"x": x, "y": y, "target": y[:, :, -1]}))
+        return loss, grads
+
+    def extras(self, specs: list[dict], device) -> dict:
+        """Per-run tensors a model's diagnostics need from the run specs (the LSA's target)."""
+        return {}
+
+    def _features(self, x, y):
+        """self.token_features(x, y), remembered for the last two inputs: full-batch training and
+        the evaluations pass the same tensors every epoch, so the copy is made once, not per step.
+        The cache holds the input tensors themselves and matches by identity and version, so a
+        new tensor that happens to reuse freed memory is never mistaken for an old one."""
+        cache = self.__dict__.setdefault("_feature_cache", [])
+        for cx, cy, vx, vy, e in cache:
+            if cx is x and cy is y and vx == x._version and vy == y._version:
+                return e
+        e = self.token_features(x, y)
+        cache.append((x, y, x._version, y._version, e))
+        if len(cache) > 2:
+            cache.pop(0)
+        return e

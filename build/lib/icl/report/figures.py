@@ -1,0 +1,406 @@
+"""Figures as inline PNG, each with the numbers it draws as CSV: the reports embed both, so a
+report is one file and every figure's data can be taken away without rerunning Python."""
+from __future__ import annotations
+
+import base64
+import functools
+import gzip
+import io
+import sys
+import textwrap
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker as mticker  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from icl.parallel import Forked  # noqa: E402
+
+QUALITATIVE = sns.color_palette("colorblind")   # for unordered things (models, features, baselines)
+REFERENCE = dict(color="0.45", ls=(0, (4, 2, 1, 2)), lw=1.0)   # a reference level: what "nothing learned" reads
+THUMB_WIDTH = 400     # px of the index's copy of a key figure (shown 300 px wide)
+THUMB_COLOURS = 64    # its palette: ten thumbnails stay well under the index's 300 KB
+
+
+def palette(values) -> dict:
+    """One colour per value, the same in every figure of a report when every figure is given the
+    experiment's whole set of values (all L, or all N): viridis, ordered and colour-blind safe."""
+    vals = sorted({float(v) for v in values if pd.notna(v)})
+    return dict(zip(vals, sns.color_palette("viridis", len(vals))))
+
+
+class Figure:
+    """A report's figure: str() is its base64 PNG (what templates put in <img src>), `csv` base64
+    of the tidy rows it draws (panel, series, x, y, value). Drawn when first asked for, or
+    beforehand by draw_all, several at a time. A figure made `later` is built there too, by its
+    figure function, which may find nothing to draw: then the Figure is false."""
+
+    def __init__(self, fig=None, build=None):
+        self.fig, self.build = fig, build
+        self._png = self._csv = None
+        self.problems: list[str] = []       # layout_problems of the drawn figure
+        self.title = ""                     # its title(s), the image's alt text
+
+    def __str__(self) -> str:
+        if self._png is None:
+            self.done(*self.render())
+        return self._png
+
+    def __bool__(self) -> bool:
+        return bool(str(self))
+
+    @property
+    def csv(self) -> str:
+        str(self)
+        return self._csv
+
+    @property
+    def csv_gz(self) -> str:
+        """Base64 of the CSV gzipped, what the page embeds: the whole table at a fifth or less of its
+        bytes (a page of 20,000-row figures stays under 3 MB), unpacked by the reader's browser
+        (DecompressionStream, the page's inline script) when its link is clicked."""
+        return base64.b64encode(gzip.compress(base64.b64decode(self.csv), compresslevel=9, mtime=0)).decode()
+
+    def render(self) -> tuple[str, str, list[str], str]:
+        """(base64 PNG, base64 CSV, layout problems, title), built first if made `later`; ("", "", [],
+        "") if nothing to draw."""
+        fig = self.fig
+        if self.build is not None:
+            made = self.build()
+            if made is None:
+                return "", "", [], ""
+            fig = made.fig
+        try:
+            return _drawn(fig)
+        finally:
+            plt.close(fig)      # long reports do not pile up figures
+
+    def done(self, png_b64: str, csv_b64: str, problems: list[str] = (), title: str = "") -> None:
+        self._png, self._csv, self.problems, self.title = png_b64, csv_b64, list(problems), title
+        if self.fig is not None:
+            plt.close(self.fig)
+
+
+def page_csvs(html: str) -> dict[str, str]:
+    """The CSV behind every figure of a rendered report page, by its download name: what the page's
+    script unpacks when a reader clicks "data (CSV)" (for a notebook, or a test)."""
+    import re
+    return {name: gzip.decompress(base64.b64decode(b)).decode()
+            for name, b in re.findall(r'<a class="data" download="([^"]+)" href="#" data-gz="([^"]+)"', html)}
+
+
+def later(figure_function, *args, **kwargs) -> Figure:
+    """figure_function(*args, **kwargs) (which returns png(fig) or None), called when drawn: by
+    draw_all in a worker, so building the figure is shared out as well as drawing it."""
+    return Figure(build=functools.partial(figure_function, *args, **kwargs))
+
+
+def drawn_rows(fig) -> pd.DataFrame:
+    """Every line, image and scatter of every panel as rows, read from the figure itself, so the
+    CSV holds exactly what is drawn (a line's colour too). A line's series is its legend label, or its gid (set by the
+    drawing code for unlabelled lines such as a band's edges)."""
+    parts = []
+    for n, ax in enumerate(fig.axes):
+        panel = ax.get_title() or f"panel {n + 1}"
+        meta = {"panel": panel, "x_label": ax.get_xlabel(), "y_label": ax.get_ylabel()}
+        for k, line in enumerate(ax.get_lines()):
+            x, y = np.asarray(line.get_xdata()), np.asarray(line.get_ydata())
+            if not len(x):
+                continue                                   # a legend entry only
+            label = line.get_gid() or line.get_label()
+            series = f"line {k + 1}" if label.startswith("_") else label
+            parts.append(pd.DataFrame({**meta, "series": series, "x": x, "y": y,
+                                       "colour": matplotlib.colors.to_hex(line.get_color())}))
+        for im in ax.get_images():
+            a = np.asarray(im.get_array(), dtype=float)
+            i, j = np.indices(a.shape)
+            parts.append(pd.DataFrame({**meta, "series": "image", "x": j.ravel(), "y": i.ravel(), "value": a.ravel()}))
+        for coll in ax.collections:
+            offsets = np.asarray(coll.get_offsets())
+            if not hasattr(coll, "get_sizes") or offsets.ndim != 2 or not len(offsets) or not len(coll.get_sizes()):
+                continue                                   # bands (fill_between): their edges are lines with a gid
+            values = coll.get_array()
+            parts.append(pd.DataFrame({**meta, "series": coll.get_label() if not coll.get_label().startswith("_")
+                                       else "points", "x": offsets[:, 0], "y": offsets[:, 1],
+                                       **({"value": np.asarray(values, float)} if values is not None
+                                          and len(values) == len(offsets) else {})}))
+    cols = ["panel", "series", "x", "y", "value", "colour", "x_label", "y_label"]
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    rows = pd.concat(parts, ignore_index=True).reindex(columns=cols)
+    return rows.loc[:, rows.notna().any() | rows.columns.isin(["panel", "series", "x", "y"])]   # no all-empty column
+
+
+def title_of(fig) -> str:
+    """What the figure shows, in its own words: its title, else its panels' titles (a reader without
+    the image, or a report step naming a figure, reads this)."""
+    sup = fig._suptitle.get_text() if fig._suptitle is not None else ""
+    panels = list(dict.fromkeys(t for ax in fig.axes if ax.get_visible() and ax.axison
+                                for t in [ax.get_title().strip()] if t))
+    text = "; ".join([sup] * bool(sup) + panels[:4] + (["…"] if len(panels) > 4 else []))
+    return " ".join(text.split()) or "an untitled figure"
+
+
+def _drawn(fig) -> tuple[str, str, list[str], str]:
+    """(base64 PNG, base64 CSV of the drawn rows, layout problems, title) of a figure, tidied first."""
+    buf = io.BytesIO()
+    if fig.get_layout_engine() is None:     # laid out once as it is drawn; bbox_inches="tight" draws twice
+        fig.set_layout_engine("tight")
+    tidy(fig)
+    fig.set_dpi(110)                        # drawn at the dpi it is saved at: the boxes checked are the PNG's
+    fig.savefig(buf, format="png", dpi=110)     # not "figure": that is the dpi the figure was made with
+    return (base64.b64encode(buf.getvalue()).decode(),
+            base64.b64encode(drawn_rows(fig).to_csv(index=False, float_format="%.6g").encode()).decode(),
+            layout_problems(fig), title_of(fig))
+
+
+def tidy(fig) -> None:
+    """What every figure needs before it is drawn: long titles wrapped to their panel's width, and
+    log axes labelled at whole decades only (minor labels such as 3×10⁰ and 4×10⁰ collide), with
+    short 1-2-5 labels where an axis spans under two decades and would otherwise show one label or
+    none, and a few plain steps under half a decade (matplotlib's fallback there labels every 0.5)."""
+    for ax in fig.axes:
+        _wrap(ax.title, ax.get_position().width * fig.get_figwidth())
+        for axis, lim in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            if axis.get_scale() != "log":
+                continue
+            axis.set_minor_formatter(mticker.NullFormatter())
+            lo, hi = sorted(lim)
+            if lo <= 0 or np.log10(hi / lo) >= 2:
+                continue
+            short = mticker.FuncFormatter(lambda v, _: f"{v:.3g}")     # "5.5", not "5.5×10⁰"
+            if np.log10(hi / lo) < 0.5:        # too narrow for 1-2-5: a few plain steps
+                axis.set_major_locator(mticker.MaxNLocator(nbins=4, steps=[1, 2, 2.5, 5, 10]))
+            else:
+                axis.set_major_locator(mticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(short)
+    if fig._suptitle is not None:
+        _wrap(fig._suptitle, fig.get_figwidth())
+
+
+def _wrap(text, inches: float) -> None:
+    """Wrap a title to `inches` (an average glyph is about 0.55 of the font size wide)."""
+    width = max(12, int(inches * 72 / (0.55 * text.get_fontsize())))
+    if text.get_text() and "\n" not in text.get_text():
+        text.set_text(textwrap.fill(text.get_text(), width))
+
+
+def _text_boxes(fig, renderer) -> list[tuple[str, object]]:
+    """(what, display box) of every text a reader must read: the figure's title and legends, and of
+    each panel (colour bars included: they are axes) its titles, axis labels, drawn tick labels and legend."""
+    out = [("figure title", fig._suptitle)] if fig._suptitle is not None else []
+    out += [("figure legend", leg) for leg in fig.legends]
+    for n, ax in enumerate(fig.axes):
+        if not ax.get_visible() or not ax.axison:
+            continue
+        name = (ax.get_title() or f"panel {n + 1}").replace("\n", " ")[:40]
+        out += [(f"{name}: title", t) for t in (ax.title, ax._left_title, ax._right_title)]
+        for xy, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+            out.append((f"{name}: {xy} label", axis.label))
+            for tick in axis._update_ticks():      # the ticks drawn (inside the view), not every located one
+                out += [(f"{name}: {xy} tick {lab.get_text()}", lab) for lab in (tick.label1, tick.label2)]
+        if ax.get_legend() is not None:
+            out.append((f"{name}: legend", ax.get_legend()))
+    return [(what, a.get_window_extent(renderer)) for what, a in out
+            if a.get_visible() and (not hasattr(a, "get_text") or a.get_text().strip())]
+
+
+def _overlap(a, b) -> float:
+    """Area (px²) two display boxes share."""
+    return max(0.0, min(a.x1, b.x1) - max(a.x0, b.x0)) * max(0.0, min(a.y1, b.y1) - max(a.y0, b.y0))
+
+
+def _covered_points(ax, box) -> int:
+    """How many of a panel's drawn data points (line vertices, scatter points) lie inside `box`."""
+    pts = [line.get_transform().transform(line.get_xydata()) for line in ax.get_lines()
+           if line.get_visible() and (line.get_alpha() is None or line.get_alpha() > 0) and len(line.get_xydata())]
+    pts += [c.get_offset_transform().transform(c.get_offsets()) for c in ax.collections
+            if c.get_visible() and hasattr(c, "get_sizes") and len(c.get_sizes()) and len(c.get_offsets())]
+    if not pts:
+        return 0
+    p = np.concatenate(pts)
+    p = p[np.isfinite(p).all(1)]
+    return int(((p[:, 0] > box.x0) & (p[:, 0] < box.x1) & (p[:, 1] > box.y0) & (p[:, 1] < box.y1)).sum())
+
+
+def _style(line) -> tuple:
+    """What tells a line apart in a legend: its dash pattern and marker (not its colour: a legend
+    entry is often a grey stand-in for lines drawn in colour)."""
+    _, dashes = getattr(line, "_unscaled_dash_pattern", (0, None))
+    marker = line.get_marker() if line.get_marker() not in (None, "None", "", " ") else ""
+    return marker, tuple(np.round(dashes, 2)) if dashes else ()
+
+
+def undrawn_entries(fig) -> list[str]:
+    """Legend entries (lines) whose style no line drawn in the figure has: a legend that lists a
+    curve that is not there (a mean-field entry where no mean-field curve was drawn)."""
+    drawn = {_style(line) for ax in fig.axes for line in ax.get_lines() if line.get_visible()
+             and len(line.get_xdata()) and (line.get_alpha() is None or line.get_alpha() > 0)}
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend() is not None)]
+    return [f"legend lists {text.get_text()!r}, drawn nowhere" for leg in legends
+            for handle, text in zip(leg.legend_handles, leg.get_texts())
+            if isinstance(handle, matplotlib.lines.Line2D) and _style(handle) not in drawn]
+
+
+def layout_problems(fig, tol: float = 1.0) -> list[str]:
+    """What a reader could not read in the drawn figure, as sentences (empty when none): a text or
+    legend that leaves the figure, two that overlap (titles, axis labels, tick labels, legends,
+    colour bars), a legend over data points, a legend entry for a line drawn nowhere, legend text
+    under 9 px, a label listed twice, a panel of more than MAX_PANEL_LINES lines, a figure wider than
+    the page. Read from the boxes
+    matplotlib drew (call after a draw), so it checks the PNG, not an estimate."""
+    renderer = fig.canvas.get_renderer()
+    boxes = _text_boxes(fig, renderer)
+    name = (fig._suptitle.get_text() if fig._suptitle is not None else "") or \
+        next((ax.get_title() for ax in fig.axes if ax.get_title()), "a figure")
+    return [f"[{name[:50]}] {p}".replace("\n", " ") for p in _problems(fig, boxes, renderer, tol)]
+
+
+def _problems(fig, boxes, renderer, tol) -> list[str]:
+    """layout_problems' findings in one figure."""
+    page = fig.bbox
+    found = [f"{what} leaves the figure" for what, b in boxes
+             if b.x0 < page.x0 - tol or b.y0 < page.y0 - tol or b.x1 > page.x1 + tol or b.y1 > page.y1 + tol]
+    for i, (wa, a) in enumerate(boxes):
+        found += [f"{wa} overlaps {wb}" for wb, b in boxes[i + 1:] if _overlap(a, b) > tol * tol]
+    for ax in fig.axes:
+        leg = ax.get_legend()
+        if leg is not None and leg.get_visible():
+            n = _covered_points(ax, leg.get_window_extent(renderer))
+            if n:
+                found.append(f"{(ax.get_title() or 'a panel')[:40]}: legend covers {n} data point(s)")
+    return found + undrawn_entries(fig) + small_legends(fig) + repeated_entries(fig) + crowded_panels(fig) + \
+        too_wide(fig)
+
+
+PAGE_PX = 1150          # the report's column (style.css: body max-width): a wider image is shown shrunk
+
+
+def too_wide(fig) -> list[str]:
+    """A figure wider than the page: the browser shrinks it, and its text with it, under the size
+    the 9 px rule measures (a 1,430 px figure's 10.7 px legend read 8.6 px)."""
+    width = fig.bbox.width
+    return [f"figure {width:.0f} px wide, over the page's {PAGE_PX} px: shown shrunk, its text under its natural size"] \
+        if width > PAGE_PX + 1 else []
+
+
+MAX_PANEL_LINES = 40    # lines one panel may draw (a median, its level and mean field count three): more, split it
+
+
+def _drawn_lines(ax) -> list:
+    """The panel's lines a reader sees: visible, with data, not transparent (a band's edges are)."""
+    return [line for line in ax.get_lines() if line.get_visible() and len(line.get_xdata())
+            and (line.get_alpha() is None or line.get_alpha() > 0)]
+
+
+def crowded_panels(fig) -> list[str]:
+    """Panels drawing more than MAX_PANEL_LINES lines: too many to tell apart (ldl_phase_diagram's
+    loss figure drew 108 medians on one panel); a figure must give its settings panels of their own."""
+    return [f"{(ax.get_title() or f'panel {n + 1}')[:40]}: {k} lines on one panel, over {MAX_PANEL_LINES}: "
+            f"split it" for n, ax in enumerate(fig.axes) for k in [len(_drawn_lines(ax))] if k > MAX_PANEL_LINES]
+
+
+def repeated_entries(fig) -> list[str]:
+    """Labels a legend lists more than once (seven "the flat/sharp split" entries): a reader cannot
+    tell which line each names; merge them (legend_below lists a label once)."""
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend() is not None)]
+    out = []
+    for leg in legends:
+        texts = [t.get_text() for t in leg.get_texts()]
+        out += [f"legend lists {lab!r} {texts.count(lab)} times" for lab in dict.fromkeys(texts) if texts.count(lab) > 1]
+    return out
+
+
+MIN_LEGEND_PX = 9       # legend text at least this high (its font size) at the image's natural size
+
+
+def small_legends(fig) -> list[str]:
+    """Legends whose text is under MIN_LEGEND_PX at the dpi the figure is drawn at: a crowded figure
+    must be split or its entries merged, not its legend shrunk."""
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend() is not None)]
+    sizes = [t.get_fontsize() * fig.dpi / 72 for leg in legends for t in leg.get_texts()]
+    return [f"legend text {min(sizes):.1f} px high, under {MIN_LEGEND_PX} px"] if sizes and min(sizes) < MIN_LEGEND_PX \
+        else []
+
+
+def legend_below(ax, ncol: int = 3, fontsize: float = 7) -> None:
+    """The legend of a panel (or of several, `ax` a list: one legend for them all) in a strip under
+    the figure, kept out of the panels by the layout, from the artists drawn with a label: it never
+    covers data, lists nothing that is not drawn, and costs
+    height, not width (two figures still fit side by side on the page). Entries repeated with one
+    label are listed once; the legend takes as few columns as it needs to fit the figure's width
+    (long labels wrapped where even one column would not), so it is never clipped at the sides."""
+    axes = list(np.ravel(ax)) if isinstance(ax, (list, tuple, np.ndarray)) else [ax]
+    fig = axes[0].get_figure()
+    entries = {}                                                      # label -> its first handle
+    for one in axes:
+        for handle, label in zip(*one.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    if not entries:
+        return
+    labels, handles = list(entries), list(entries.values())
+    renderer = fig.canvas.get_renderer()
+    room = 0.92 * fig.bbox.width      # text measured here grows a little at the page's dpi (a 3-column legend
+                                      # measured within 0.98 of the width came out 2.5 px wider than the figure)
+    for n in range(min(ncol, len(handles)), 0, -1):
+        leg = fig.legend(handles, labels, loc="lower center", ncol=n, fontsize=fontsize, frameon=False, borderaxespad=0.3)
+        width = leg.get_window_extent(renderer).width
+        if width <= room or n == 1:
+            break
+        leg.remove()
+    if width > room:                  # one column and still too wide: wrap the labels to the figure's width
+        leg.remove()
+        chars = max(20, int(fig.get_figwidth() * 72 / (0.55 * fontsize)) - 8)
+        labels = ["\n".join(textwrap.fill(part, chars) for part in lab.split("\n")) for lab in labels]
+        fig.legend(handles, labels, loc="lower center", ncol=1, fontsize=fontsize, frameon=False, borderaxespad=0.3)
+    lines = sum(max(lab.count("\n") + 1 for lab in labels[i:i + n]) for i in range(0, len(labels), n))
+    strip = (lines * fontsize * 1.4 + 8) / 72 / fig.get_figheight()
+    fig.set_layout_engine("tight", rect=(0, strip, 1, 1))
+
+
+def thumbnail(png_b64: str) -> bytes:
+    """The index's copy of a report figure: THUMB_WIDTH px wide in a THUMB_COLOURS-colour palette,
+    about a tenth of the figure's bytes (the index holds ten of them and must stay light)."""
+    from PIL import Image
+    im = Image.open(io.BytesIO(base64.b64decode(png_b64))).convert("RGB")
+    if im.width > THUMB_WIDTH:
+        im = im.resize((THUMB_WIDTH, round(im.height * THUMB_WIDTH / im.width)), Image.LANCZOS)
+    buf = io.BytesIO()
+    im.quantize(colors=THUMB_COLOURS, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
+        buf, format="PNG", optimize=True)
+    return buf.getvalue()
+
+
+class LayoutError(RuntimeError):
+    """A report figure a reader could not read (a legend leaving the image, texts on each other):
+    the report step fails naming it, instead of writing the page with a log line nobody reads."""
+
+
+def report_layout(figures: list, out=sys.stderr) -> int:
+    """Write every drawn figure's layout problems to `out` (the report's log), one line each, and
+    raise LayoutError naming the figures (their titles) and their problems where there is any."""
+    lines = [f"layout: {getattr(f, 'title', '') or 'a figure'}: {p}" for f in figures for p in getattr(f, "problems", ())]
+    for line in lines:
+        print(line, file=out)
+    if lines:
+        raise LayoutError(f"{len(lines)} layout problem(s) in the report's figures, so the page is not written:\n"
+                          + "\n".join(lines))
+    return 0
+
+
+def png(fig) -> Figure:
+    """The figure as a report figure, drawn later (draw_all) or when first shown."""
+    return Figure(fig)
+
+
+def draw_all(figures: list, processes: int = 1) -> None:
+    """Build and draw every figure not yet drawn, in `processes` forked workers where there are
+    several (figures are most of a report's time, and each is independent of the others)."""
+    pending = [f for f in figures if f is not None and f._png is None]
+    with Forked(Figure.render, pending, processes if processes > 1 and len(pending) > 1 else 0) as work:
+        for f, drawn in zip(pending, work.results()):
+            f.done(*drawn)

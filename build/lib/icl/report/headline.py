@@ -1,0 +1,424 @@
+"""What a report opens with (issue 30.1): per model what was trained and what it reached, with
+numbers; the verdict counts per claim (per-setting rows, the figures the index shows); the paper's
+sizes where the experiment scales them down (config/paper.yaml); a sentence per claim with a "does
+not hold" in any setting, or one saying why no claim was decided; the index's line of what was
+found; and the claims × settings grid of every per-setting verdict.
+
+Reads only the experiment's tables and what icl.report.page.render is given; the learning test is the
+claims' own (icl.claims.learned.below with the references the claims use), so a model the header
+calls "not learned" is one whose claims were gated on it."""
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+
+from icl import claims
+from icl.claims.learned import LEARNED, below
+
+SYMBOL = {claims.HOLDS: "✓", claims.FAILS: "✗", claims.UNSURE: "?", claims.NOT_TESTABLE: "–"}
+# a group's leading "key=value, key=value" is its setting; what follows a ";" is the claim's aspect
+SETTING = re.compile(r"^\s*[A-Za-z_][\w.]*=[^;]*")
+
+
+def _fmt(x: float) -> str:
+    return "—" if x is None or not np.isfinite(x) else f"{x:.3g}"
+
+
+def _spread(r: pd.Series) -> str:
+    """The median of ratios, with their range where there are several and they differ."""
+    r = r.dropna()
+    if r.empty:
+        return "—"
+    med = float(r.median())
+    lo, hi = float(r.min()), float(r.max())
+    if len(r) < 2 or np.isclose(lo, hi, rtol=5e-3):
+        return f"{_fmt(med)}×"
+    return f"{_fmt(med)}× (median; {_fmt(lo)}–{_fmt(hi)})"
+
+
+def _architecture(r: pd.Series) -> str:
+    parts = []
+    for col, what in (("layers", "layer"), ("heads", "head"), ("width", "width")):
+        v = r.get(col)
+        if v is not None and pd.notna(v) and not (col == "heads" and int(v) == 1 and pd.isna(r.get("layers"))):
+            parts.append(f"width {int(v)}" if col == "width" else f"{int(v)} {what}{'s' if int(v) != 1 else ''}")
+    return ", ".join(parts)
+
+
+def _status(learned: int, n: int) -> str:
+    if n == 0:
+        return "nothing to judge"
+    if learned == n:
+        return "learned"
+    if learned == 0:
+        return "not learned"
+    return f"learned in {learned} of {n} runs"
+
+
+def model_outcomes(tabs: dict, ldl: bool) -> list[dict]:
+    """Per model (in the runs table's order): what was trained (`trained`), what it reached with
+    numbers (`reached`), and `status` — "learned", "not learned" or "learned in k of n runs" by the
+    claims' own learning gate (LEARNED of the gap to uniform attention closed): the final train loss
+    against uniform attention's for LDL experiments, the error at M = N against uniform attention's
+    (shift.parquet) where the experiment evaluates under shift. Diverged runs are counted apart."""
+    runs, summ = tabs["runs"], tabs["summary"]
+    shift = tabs.get("shift")
+    df = runs.merge(summ, on="run_id")
+    out = []
+    for name in runs["model"].drop_duplicates():
+        g = df[df["model"] == name]
+        first = g.iloc[0]
+        div = g["diverged"].fillna(False).astype(bool)
+        ok = g[~div]
+        epochs = int(g["epochs"].max())
+        arch = _architecture(first)
+        trained = (f"{first['model_kind']}{' (' + arch + ')' if arch else ''}, {first['optimizer']}, {epochs} epochs, "
+                   f"{len(g)} run{'s' if len(g) != 1 else ''}")
+        reached, learned, judged, converged = [], 0, len(ok), None
+        at_N = _at_length_N(tabs, ok) if shift is not None and len(shift) and not ldl else None
+        if at_N is not None and len(at_N):
+            ratio = at_N["mse_at_N"] / at_N["uniform_at_N"]
+            Ns = sorted(ok["N"].dropna().astype(int).unique())
+            reached.append(f"error at M = N ({'N = ' + ', '.join(map(str, Ns))}) {_spread(ratio)} uniform attention's "
+                           f"after {epochs} epochs")
+            ok_test = below("mse_at_N", "uniform_at_N", "", best="best_at_N").test(at_N).fillna(True).astype(bool)
+            learned, judged = int(ok_test.sum()), len(at_N)
+        else:
+            loss, ref = ("final_train_loss", "uniform_train_loss") if ldl or "uniform_test_loss" not in ok \
+                else ("final_test_loss", "uniform_test_loss")
+            what = "final train loss" if loss == "final_train_loss" else "final test loss"
+            query = {"final_train_loss": "final_query_train_loss", "final_test_loss": "final_query_test_loss"}[loss]
+            if query in ok:                             # at the query, where the reference is (a GPT's loss: all)
+                loss = query
+                if "loss" in ok and ok["loss"].astype(str).eq("all").any():
+                    what += " at the query"
+            if ref in ok and ok[ref].notna().any():
+                ratio = ok[loss].astype(float) / ok[ref].astype(float)
+                reached.append(f"{what} {_spread(ratio)} uniform attention's after {epochs} epochs")
+                ok_test = below(loss, ref, "").test(ok).fillna(True).astype(bool)
+                learned = int(ok_test.sum())
+                if ldl:
+                    converged = int((ok[loss].astype(float) <= 1e-2 * ok[ref].astype(float)).sum())
+            else:
+                ratio = ok["final_train_loss"].astype(float) / ok["loss0"].astype(float)
+                reached.append(f"{what} {_spread(ratio)} its initial loss after {epochs} epochs")
+                learned = judged
+        if "t_escape" in ok and not ldl and ok["t_escape"].notna().any() | (at_N is not None):
+            esc = ok["t_escape"].notna()
+            reached.append(f"{int(esc.sum())} of {len(ok)} runs left the plateau of predicting 0 (t_escape"
+                           + (f", median epoch {int(ok.loc[esc, 't_escape'].median())})" if esc.any() else ")"))
+        if div.any():
+            reached.append(f"{int(div.sum())} of {len(g)} runs diverged")
+        status = _status(learned, judged) if judged else "all runs diverged"
+        out.append({"model": str(name), "trained": trained, "reached": "; ".join(reached),
+                    "status": status, "says": _says(status, converged, len(ok)),
+                    "learned": learned, "judged": judged, "converged": converged})
+    return out
+
+
+def _says(status: str, converged: int | None, n: int) -> str:
+    """The status as the headline prints it, first: the learning gate's word and, for LDL, how many
+    runs converged — two tests, said as two, so that "learned" (half the gap to uniform attention
+    closed) never reads as contradicting "0 of 2 converged" (10⁻² of it reached)."""
+    if converged is None or not n:
+        return status
+    joint = "but" if status == "learned" and converged < n else "and"
+    conv = "none" if converged == 0 else ("all" if converged == n else f"{converged}")
+    return (f"{status} (≥ {LEARNED:.0%} of the gap to uniform attention's loss closed), {joint} {conv} of {n} run"
+            f"{'s' if n != 1 else ''} converged (train loss ≤ 10⁻² × uniform attention's)")
+
+
+def _at_length_N(tabs, ok: pd.DataFrame) -> pd.DataFrame | None:
+    """The claims' own per-run error and uniform attention's at M = N (icl.claims.zfb.at_length_N)."""
+    from icl.claims.zfb import at_length_N
+    sh = tabs["shift"]
+    trained = sh[sh["run_id"].isin(ok["run_id"])]
+    if trained.empty:
+        return None
+    return at_length_N(trained, sh)
+
+
+def learning_sentence(outcomes: list[dict]) -> str:
+    """One line for the index: which models did not learn (empty where every model learned)."""
+    bad = [o for o in outcomes if o["status"] != "learned"]
+    return "; ".join(f"{o['model']}: {o['status']}" for o in bad)
+
+
+def claim_counts(verdicts: pd.DataFrame, robustness: dict | None = None) -> list[dict]:
+    """Per claim (and model where several judge it), its per-setting rows counted by verdict, with
+    the fragile count from `robustness` (icl.report.page.claim_robustness)."""
+    rows = verdicts[verdicts["scope"] != "run"] if "scope" in verdicts else verdicts
+    out = []
+    for cid, g in rows.groupby("claim_id", sort=False):
+        vc = g["verdict"].value_counts()
+        rb = (robustness or {}).get(cid, {})
+        out.append({"claim_id": cid, "claim": claims.CLAIMS.get(claims.base_id(cid), ""), "n": len(g),
+                    "counts": [(v, int(vc.get(v, 0))) for v in claims.VERDICTS],
+                    "fragile": rb.get("text", ""), "header": rb.get("header", "")})
+    return out
+
+
+def _pattern(reason: str) -> str:
+    return re.sub(r"[-+]?\d[\d.,eE+\-×⁻⁰¹²³⁴⁵⁶⁷⁸⁹]*", "#", reason or "").strip()
+
+
+def _first_sentence(text: str, limit: int = 260) -> str:
+    text = (text or "").strip()
+    cut = re.split(r"(?<=[.!?])\s+(?=[A-Z])", text, maxsplit=1)[0]
+    return cut if len(cut) <= limit else cut[:limit].rsplit(" ", 1)[0] + " …"
+
+
+def _where(bad: pd.DataFrame, every: list[str]) -> str:
+    """The settings of failing rows, by aspect: "oscillation: every delta × N (9)" where an aspect
+    fails in each of the claim's settings (`every`), else the settings named in their natural order
+    ("delta=1.5, N=50; delta=3, N=50"), at most `most` of them."""
+    parts = bad["group"].map(setting_of)
+    out = []
+    for aspect in dict.fromkeys(a for _, a in parts):
+        settings = sorted({s for s, a in parts if a == aspect}, key=_setting_key)
+        if len(settings) > 2 and set(settings) == set(every):
+            keys = " × ".join(dict.fromkeys(k.split("=")[0].strip() for k in settings[0].split(",")))
+            named = f"every {keys} ({len(settings)})"
+        else:
+            most = 8
+            named = "; ".join(s or "all runs" for s in settings[:most]) + \
+                (f"; and {len(settings) - most} more" if len(settings) > most else "")
+        out.append(f"{aspect}: {named}" if aspect else named)
+    return " | ".join(out)
+
+
+def _commonest(reasons: pd.Series) -> tuple[str, int]:
+    """The commonest reason (compared with their numbers masked) in its first row's own words, and
+    how many rows give it."""
+    reasons = reasons.fillna("").astype(str)
+    reasons = reasons[reasons.str.strip() != ""]
+    if not len(reasons):
+        return "", 0
+    common, n = Counter(reasons.map(_pattern)).most_common(1)[0]
+    return _first_sentence(reasons[reasons.map(_pattern) == common].iloc[0]), n
+
+
+def failing_claims(verdicts: pd.DataFrame) -> list[str]:
+    """One sentence per claim with a "does not hold" in any setting: per model, in how many of its
+    testable settings (not-testable rows left out of the share) and which, then the commonest reason
+    of its failures (reasons compared with their numbers masked), in the reason's own words."""
+    rows = verdicts[verdicts["scope"] != "run"] if "scope" in verdicts else verdicts
+    out = []
+    for cid, g in rows.groupby("claim_id", sort=False):
+        fails = g[g["verdict"] == claims.FAILS]
+        if fails.empty:
+            continue
+        parts = []
+        for model, m in g.groupby("model", sort=False):
+            bad = m[m["verdict"] == claims.FAILS]
+            if bad.empty:
+                continue
+            testable = int((m["verdict"] != claims.NOT_TESTABLE).sum())
+            share = (f"all {testable} testable settings" if len(bad) == testable > 1 else
+                     "its one testable setting" if len(bad) == testable == 1 else
+                     f"{len(bad)} of {testable} testable settings")
+            every = [setting_of(x)[0] for x in m["group"]]
+            parts.append(f"for {model} in {share} ({_where(bad, every)})")
+        why, _ = _commonest(fails["reason"])
+        claim = claims.CLAIMS.get(claims.base_id(cid), "")
+        split = against_text(fails)
+        out.append(f"{cid} ({_first_sentence(claim, 120)}) does not hold " + "; ".join(parts)
+                   + (f" ({split})" if split else "") + (f": {why}" if why else ""))
+    return out
+
+
+def against_text(verdicts: pd.DataFrame) -> str:
+    """Who the "does not hold" rows are against, where the theory's own dynamics were measured too
+    (icl.claims.ldl.flow): 'against: theorem in 18, against: dynamics in 1' (per-setting rows), or ''."""
+    rows = verdicts[(verdicts["scope"] != "run") if "scope" in verdicts else slice(None)]
+    if "against" not in rows:
+        return ""
+    n = rows.loc[rows["verdict"] == claims.FAILS, "against"].dropna().astype(str).value_counts()
+    return ", ".join(f"against: {a} in {int(n[a])}" for a in claims.AGAINST if n.get(a, 0))
+
+
+def undecided(verdicts: pd.DataFrame) -> str:
+    """Where no claim was decided (no per-setting row holds or fails), the sentence that says so and
+    why: how many rows are inconclusive and how many not testable, each with its commonest reason.
+    "" where something was decided or nothing was judged."""
+    rows = verdicts[verdicts["scope"] != "run"] if "scope" in verdicts else verdicts
+    if rows.empty or rows["verdict"].isin([claims.HOLDS, claims.FAILS]).any():
+        return ""
+    parts = []
+    for v, word in ((claims.NOT_TESTABLE, "not testable"), (claims.UNSURE, "inconclusive")):
+        g = rows[rows["verdict"] == v]
+        if g.empty:
+            continue
+        why, n = _commonest(g["reason"])
+        parts.append(f"{len(g)} {word}" + (f" ({n} of them: {why.rstrip('.')})" if why else ""))
+    return (f"No claim was decided: of {len(rows)} per-setting verdicts none holds or fails; "
+            + "; ".join(parts) + ".")
+
+
+def finding(verdicts: pd.DataFrame, models: list[dict] = ()) -> str:
+    """The index's one line of what an experiment found: the claims that do not hold somewhere
+    (with their models and share of testable settings), those that hold wherever decided, or why
+    nothing was decided."""
+    none = undecided(verdicts)
+    if none:
+        return none
+    rows = verdicts[verdicts["scope"] != "run"] if "scope" in verdicts else verdicts
+    rows = rows[rows["verdict"] != claims.NOT_TESTABLE]
+    fail, hold = [], []
+    for cid, g in rows.groupby("claim_id", sort=False):
+        bad = g[g["verdict"] == claims.FAILS]
+        if len(bad):
+            who = [f"{m}: {int((x['verdict'] == claims.FAILS).sum())} of {len(x)}"
+                   for m, x in g.groupby(g["model"].astype(str), sort=False) if (x["verdict"] == claims.FAILS).any()]
+            fail.append(f"{cid} ({', '.join(who)} testable settings)")
+        elif (g["verdict"] == claims.HOLDS).any():
+            hold.append(cid)
+    out = []
+    if fail:
+        out.append("does not hold: " + "; ".join(fail))
+    if hold:
+        out.append("holds wherever decided: " + ", ".join(hold))
+    line = ". ".join(s[0].upper() + s[1:] for s in out)
+    return (line + ".") if line else ""
+
+
+def setting_of(group: str) -> tuple[str, str]:
+    """(setting, aspect) of a verdict row's group: "delta=3, N=50; rate" -> ("delta=3, N=50", "rate")."""
+    group = "" if group is None or (isinstance(group, float) and np.isnan(group)) else str(group)
+    m = SETTING.match(group)
+    if not m:
+        return "", group.strip()
+    return m.group(0).strip(), group[m.end():].lstrip(";").strip()
+
+
+def verdict_grid(verdicts: pd.DataFrame) -> dict:
+    """The claims × settings grid: `settings` (column heads, "" = every run), `rows` of
+    (model, claim_id, claim, cells) with one list of verdict marks per setting; each mark one
+    per-setting verdict row (symbol, verdict, its aspect and its reason for the hover text)."""
+    rows = verdicts[verdicts["scope"] != "run"] if "scope" in verdicts else verdicts
+    if rows.empty:
+        return {"settings": [], "rows": [], "several": False}
+    parts = rows["group"].map(setting_of)
+    rows = rows.assign(_setting=parts.map(lambda p: p[0]), _aspect=parts.map(lambda p: p[1]))
+    settings = list(dict.fromkeys(sorted(rows["_setting"].unique(), key=_setting_key)))
+    out = []
+    for (model, cid), g in rows.groupby(["model", "claim_id"], sort=False):
+        cells = []
+        for s in settings:
+            marks = []
+            for _, v in g[g["_setting"] == s].iterrows():
+                why = v["reason"] if isinstance(v["reason"], str) and v["reason"] else v.get("measurement", "")
+                title = f"{cid}{' — ' + s if s else ''}{' — ' + v['_aspect'] if v['_aspect'] else ''}: {v['verdict']}"
+                if why:
+                    title += f". {why}"
+                marks.append({"symbol": SYMBOL.get(v["verdict"], "·"), "verdict": v["verdict"],
+                              "aspect": v["_aspect"], "title": title,
+                              "fragile": bool(isinstance(v.get("fragile"), str) and v.get("fragile"))})
+            cells.append(marks)
+        out.append({"model": str(model), "claim_id": cid, "claim": claims.CLAIMS.get(claims.base_id(cid), ""), "cells": cells})
+    return {"settings": settings, "rows": _fold_untestable(out), "several": len({r["model"] for r in out}) > 1}
+
+
+def _fold_untestable(rows: list[dict]) -> list[dict]:
+    """A model's claims that are not testable in every setting share one row (`ids`: their claim ids;
+    each mark keeps its reason), after the model's other rows: what was decided stays on top and the
+    grid a screen long, not three."""
+    def untestable(r):
+        marks = [m for cell in r["cells"] for m in cell]
+        return bool(marks) and all(m["verdict"] == claims.NOT_TESTABLE for m in marks)
+    out = []
+    for model in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == model]
+        folded = [r for r in mine if untestable(r)]
+        out += [r for r in mine if not untestable(r)]
+        if len(folded) > 1:
+            cells = [[{**m, "aspect": ""} for r in folded for m in r["cells"][k]] for k in range(len(folded[0]["cells"]))]
+            out.append({"model": model, "claim_id": f"{len(folded)} claims not testable in any setting",
+                        "claim": "; ".join(f"{r['claim_id']}: {r['claim']}" for r in folded),
+                        "ids": [r["claim_id"] for r in folded], "cells": cells})
+        else:
+            out += folded
+    return out
+
+
+def _setting_key(s: str):
+    """Settings in a natural order: "" first, then by their values read as numbers where they are."""
+    if not s:
+        return (0, ())
+    vals = []
+    for part in s.split(","):
+        k, _, v = part.partition("=")
+        try:
+            vals.append((k.strip(), 0, float(v), ""))
+        except ValueError:
+            vals.append((k.strip(), 1, 0.0, v.strip()))
+    return (1, tuple(vals))
+
+
+# ----------------------------------------------------------------------------- the paper's sizes
+
+SIZES = (("tokens.d", "d"), ("tokens.K", "K"), ("tokens.delta", "Δ"), ("prompts.N", "N"),
+         ("prompts.train", "training prompts"), ("train.epochs", "epochs"))
+MODEL_SIZES = ("layers", "heads", "width")
+
+
+def _get(d, path):
+    for p in path.split("."):
+        d = d.get(p) if isinstance(d, dict) else None
+    return d
+
+
+def values(exp: dict, path: str) -> list:
+    """Every value the experiment gives a dotted path: its own, or its sweep's (the key swept
+    directly, inside zip, or inside a swept whole section such as `tokens: [..]`)."""
+    base = _get(exp, path)
+    sweep = exp.get("sweep") or {}
+    zipped = sweep.get("zip") or {}
+    sec, _, leaf = path.partition(".")
+    if path in sweep:
+        vals = sweep[path]
+    elif path in zipped:
+        vals = zipped[path]
+    elif isinstance(sweep.get(sec), list) and all(isinstance(s, dict) for s in sweep[sec]):
+        vals = [s.get(leaf, base) for s in sweep[sec]]
+    else:
+        vals = [base]
+    return sorted({v for v in vals if v is not None}, key=lambda v: (str(type(v)), v))
+
+
+def _show(vals: list) -> str:
+    txt = [f"{v:g}" if isinstance(v, float) else str(v) for v in vals]
+    return txt[0] if len(txt) == 1 else "{" + ", ".join(txt) + "}"
+
+
+def paper_sizes(exp: dict, paper: dict | None) -> str:
+    """What config/paper.yaml's experiment of the same name sets larger or otherwise than this one
+    ("paper size: d = 20 (here 5), N ∈ {40, 70, 100} (here {10, 20, 40}), gpt: 12 layers (here 3) …"),
+    "" where there is no such experiment or the sizes agree."""
+    if not paper:
+        return ""
+    diff = []
+    for path, label in SIZES:
+        here, there = values(exp, path), values(paper, path)
+        if there and here != there:
+            rel = "∈" if len(there) > 1 else "="
+            diff.append(f"{label} {rel} {_show(there)} (here {_show(here) if here else '—'})"
+                        if label not in ("epochs", "training prompts") else
+                        f"{_show(there)} {label} (here {_show(here) if here else '—'})")
+    seeds_here, seeds_there = len(values(exp, "seed") or [0]), len(values(paper, "seed") or [0])
+    mine = {m["name"]: m for m in exp.get("models") or []}
+    for m in paper.get("models") or []:
+        h = mine.get(m["name"])
+        if h is None:
+            diff.append(f"model {m['name']} (not trained here)")
+            continue
+        parts = [(f"width {m[k]}" if k == "width" else f"{m[k]} {k}") + f" (here {h.get(k, '—')})"
+                 for k in MODEL_SIZES if k in m and m[k] != h.get(k)]
+        if parts:
+            diff.append(f"{m['name']}: " + ", ".join(parts))
+    if seeds_there != seeds_here:
+        diff.append(f"{seeds_there} seeds (here {seeds_here})")
+    return ("paper size: " + "; ".join(diff) + " (config/paper.yaml)") if diff else ""

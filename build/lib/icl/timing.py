@@ -1,0 +1,53 @@
+"""Where the time goes: Snakemake's per-job `benchmark:` files aggregated by step.
+
+    icl timing            # every experiment under logs/
+    icl timing ldl_cosine
+"""
+from __future__ import annotations
+
+import glob
+import os
+
+import pandas as pd
+
+
+def timing_table(logs: str = "logs", experiment: str | None = None) -> pd.DataFrame:
+    """benchmark_table of every benchmark file under logs/<experiment>/ (every experiment's)."""
+    return benchmark_table(glob.glob(os.path.join(logs, experiment or "*", "benchmark", "**", "*.tsv"), recursive=True))
+
+
+def benchmark_table(paths) -> pd.DataFrame:
+    """One row per (experiment, step) of these benchmark files (logs/<experiment>/benchmark/<step>.tsv
+    or <step>/<shard>.tsv): jobs, wall seconds summed over jobs, and peak memory as Snakemake
+    measured it over the job's processes: RSS summed (pages a forked worker shares with its parent
+    counted in each) and PSS (each shared page split among its sharers: the job's own)."""
+    rows = []
+    for path in paths:
+        parts = os.path.normpath(path).split(os.sep)
+        at = len(parts) - 1 - parts[::-1].index("benchmark")
+        exp, step = parts[at - 1], parts[at + 1].removesuffix(".tsv")
+        try:
+            b = pd.read_csv(path, sep="\t")
+        except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError):
+            continue
+        rows.append({"experiment": exp, "step": step, "seconds": float(b["s"].iloc[-1]),
+                     **{f"{m}_mb": float(pd.to_numeric(b[m], errors="coerce").iloc[-1]) if m in b else float("nan")
+                        for m in ("max_rss", "max_pss")}})
+    if not rows:
+        return pd.DataFrame(columns=["experiment", "step", "jobs", "seconds", "share", "max_rss_mb", "max_pss_mb"])
+    df = pd.DataFrame(rows).groupby(["experiment", "step"]).agg(
+        jobs=("seconds", "size"), seconds=("seconds", "sum"), max_rss_mb=("max_rss_mb", "max"),
+        max_pss_mb=("max_pss_mb", "max")).reset_index()
+    df["share"] = df["seconds"] / df["seconds"].sum()
+    return df.sort_values(["experiment", "seconds"], ascending=[True, False])
+
+
+def summary_line(df: pd.DataFrame) -> str:
+    total = df["seconds"].sum()
+    train = df.loc[df["step"] == "train", "seconds"].sum()
+    ev = df.loc[df["step"] == "evaluate", "seconds"].sum()
+    rest = total - train - ev
+    return (f"{total:.1f} s of job time: {train:.1f} s training ({100 * train / total:.0f}%), "
+            f"{ev:.1f} s evaluating trained models under shift ({100 * ev / total:.0f}%), "
+            f"{rest:.1f} s ({100 * rest / total:.0f}%) in planning, data, tables, theory and reports") \
+        if total else "no benchmark files"
