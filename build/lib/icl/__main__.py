@@ -1,3 +1,0 @@
-from icl.cli import main
-
-main()

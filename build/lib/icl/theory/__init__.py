@@ -1,1 +1,0 @@
-"""Closed-form predictions of the two papers: `ldl` (Li, Duan & Liang) and `lsa` (Zhang, Frei & Bartlett)."""
