@@ -93,6 +93,18 @@ def test_the_docs_show_the_commands_a_user_needs():
         assert must in joined, must
 
 
+def test_ci_runs_the_readme_full_check():
+    """.ci/run runs the command the README's set-up block names as what CI runs, and nothing else:
+    what CI proves is what a user gets from that command."""
+    block = re.search(r"## Set-up: two commands\n+```bash\n(.*?)```", (REPO / "README.md").read_text(), re.S).group(1)
+    ci_lines = [line.split(" #")[0].strip() for line in block.splitlines() if "CI" in line]
+    assert len(ci_lines) == 1, block
+    steps = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    assert steps[-1] == ci_lines[0] == "make check", (steps, ci_lines)
+    assert all(s.startswith(("set -", "cd ")) for s in steps[:-1]), steps
+
+
 @pytest.fixture(scope="module")
 def checkout(tmp_path_factory):
     """The tracked files, the repository's .venv, and my.yaml: a tiny config with experiment EXP."""

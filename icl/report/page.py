@@ -34,7 +34,6 @@ from icl.provenance import code_hash, code_version, package_versions  # noqa: E4
 from icl.timing import benchmark_table, summary_line  # noqa: E402
 
 
-
 def _band(ax, df: pd.DataFrame, x: str, y: str, label: str, color, log: bool) -> None:
     """Median over seeds with a min-max band."""
     g = df.groupby(x)[y]
@@ -469,8 +468,8 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
     with atomic_path(os.path.join(results_dir, "thumbnail.png")) as tmp, open(tmp, "wb") as fh:
         fh.write(thumbnail(str(thumb)) if thumb else b"")
     write_text(os.path.join(results_dir, "headline.json"),
-           json.dumps({"models": head["models"], "learning": head["learning"], "finding": head["finding"]}, indent=1,
-                      ensure_ascii=False))
+               json.dumps({"models": head["models"], "learning": head["learning"], "finding": head["finding"]},
+                          indent=1, ensure_ascii=False))
     write_text(out_path, html)
 
 
