@@ -134,6 +134,27 @@ def test_forward_without_gradients_in_chunks_equals_one_pass(monkeypatch):
     torch.testing.assert_close(seen2, seen, rtol=0, atol=1e-12)
 
 
+def test_prompts_without_diagnostics_skip_the_query_attention_and_change_no_number(monkeypatch):
+    """Fresh prompts (prepared without diagnostics) train without the query's attention summary:
+    the step returns none, and its loss and gradients are those of a step that computed it."""
+    import icl.models.gpt as gpt
+    m, p, x, y = _setup(3, 2, "learned")
+    arrays = {"x": x, "y": y}
+    plain, diagnosed = m.prepare(arrays.__getitem__, diagnose=False), m.prepare(arrays.__getitem__)
+    loss, grads, seen = m.step(p, plain)
+    loss2, grads2, seen2 = m.step(p, diagnosed)
+    assert seen is None and seen2.shape == (3, 5, 3, 2, 6)
+    torch.testing.assert_close(loss, loss2, rtol=0, atol=0)
+    for k in grads:
+        torch.testing.assert_close(grads[k], grads2[k], rtol=0, atol=0)
+    whole = m.forward(p, x, y, every=True)[0]
+    monkeypatch.setattr(gpt, "CHUNK_FLOATS", 1)
+    with torch.no_grad():                   # and through the chunked forward
+        pred, none = m.forward(p, x, y, every=True, attend=False)
+    assert none is None
+    torch.testing.assert_close(pred, whole, rtol=0, atol=1e-12)
+
+
 def _discrete_batch(m, R=2, B=40, N=12, K=3, seed=0):
     g = np.random.default_rng(seed)
     V = np.eye(K, m.d) * 2.0

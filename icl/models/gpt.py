@@ -34,6 +34,16 @@ def _linear(h, w, b):
     return out.view(*h.shape[:-1], w.shape[-1])
 
 
+def _query_attention(q, k):
+    """The last query row's attention (R·B, H, N) over the N context examples, x_i and ỹ_i
+    summed for example i, its attention to itself left out and the rest renormalised."""
+    with torch.no_grad():
+        S = k.shape[2]
+        wq = torch.softmax(q[:, :, -1:] @ k.transpose(-1, -2) / math.sqrt(k.shape[-1]), -1)[:, :, 0, :S - 1]
+        wq = wq.unflatten(-1, (-1, 2)).sum(-1)
+        return wq / wq.sum(-1, keepdim=True)
+
+
 @dataclass(frozen=True)
 class GPTSettings:
     """A GPT's settings (as nanoGPT's GPTConfig), each defaulted here and nowhere else."""
@@ -223,7 +233,8 @@ class GPT(Model):
         return z.reshape(R, B, 2 * T, d)[:, :, :-1]
 
     def predict(self, params, batch: Batch):
-        return self.forward(params, batch["x"], batch["y"], every=self.loss_all)
+        # the query's attention only for prompts prepared for diagnostics (fresh ones are not: no one reads it)
+        return self.forward(params, batch["x"], batch["y"], every=self.loss_all, attend="knn" in batch)
 
     def objective(self, pred, batch: Batch):
         """½ mean squared error over the prompts and the x positions the loss reads."""
@@ -233,19 +244,21 @@ class GPT(Model):
     def query_loss(self, pred, batch: Batch):
         return super().query_loss(pred[..., -1] if self.loss_all else pred, batch)
 
-    def forward(self, params, x, y, every: bool = False):
+    def forward(self, params, x, y, every: bool = False, attend: bool = True):
         """Predictions at the query (R, B), or with `every` at all N + 1 x positions (R, B, N+1),
         and the query's attention over the context examples in every layer and head
-        (R, B, layers, heads, N). Without gradients the prompts go through in chunks."""
+        (R, B, layers, heads, N); None without `attend`. Without gradients the prompts go through
+        in chunks."""
         R, B, T = y.shape
         per_prompt = R * (2 * T) * max(self.f, self.heads * 2 * T)
         if not torch.is_grad_enabled() and B * per_prompt > CHUNK_FLOATS and B > 1:
             step = max(1, CHUNK_FLOATS // per_prompt)
-            parts = [self._forward(params, x[:, i:i + step], y[:, i:i + step], every) for i in range(0, B, step)]
-            return torch.cat([p[0] for p in parts], 1), torch.cat([p[1] for p in parts], 1)
-        return self._forward(params, x, y, every)
+            parts = [self._forward(params, x[:, i:i + step], y[:, i:i + step], every, attend)
+                     for i in range(0, B, step)]
+            return torch.cat([p[0] for p in parts], 1), torch.cat([p[1] for p in parts], 1) if attend else None
+        return self._forward(params, x, y, every, attend)
 
-    def _forward(self, params, x, y, every: bool):
+    def _forward(self, params, x, y, every: bool, attend: bool):
         p = params
         z = self._features(x, y)                                           # (R, B, S, d)
         R, B, S, _ = z.shape
@@ -255,23 +268,25 @@ class GPT(Model):
                 raise ValueError(f"a prompt of {S} tokens is longer than the positional table "
                                  f"({p['wpe'].shape[1]} positions: the model's `positions` setting)")
             h = h + p["wpe"][:, None, :S]
-        rows = torch.arange(0, S, 2, device=z.device) if every else torch.arange(S - 1, S, device=z.device)
+        rows = slice(0, S, 2) if every else slice(S - 1, S)               # the x positions the loss reads
         layers = zip(*(p[k].unbind(1) for k in ("ln1_g", "ln1_b", "attn_w", "attn_b", "proj_w", "proj_b",
                                                   "ln2_g", "ln2_b", "fc_w", "fc_b", "fc_proj_w", "fc_proj_b")))
         seen = []
         dtype = h.dtype
         with self.autocast():                     # bf16: the blocks' matmuls; read-in, read-out and loss in float32
             for i, lp in enumerate(layers):
-                h, a = self._block(h, lp, rows if i == self.layers - 1 else None)
-                seen.append(a.to(dtype))
+                h, a = self._block(h, lp, rows if i == self.layers - 1 else None, attend)
+                if attend:
+                    seen.append(a.to(dtype))
         h = h.to(dtype)
         w_out, b_out = _folded(p["lnf_g"], p["lnf_b"], p["read_out_w"].unsqueeze(-1), p["read_out_b"])
         pred = _linear(_normalise(h), w_out, b_out)[..., 0]
-        return (pred if every else pred[:, :, 0]), torch.stack(seen, 2)
+        return (pred if every else pred[:, :, 0]), torch.stack(seen, 2) if attend else None
 
-    def _block(self, h, lp, rows):
-        """One pre-LN block on h (R, B, S, W); with `rows`, the output at those positions only.
-        Returns it and the query's attention over the context examples per head (R, B, H, N)."""
+    def _block(self, h, lp, rows, attend: bool = True):
+        """One pre-LN block on h (R, B, S, W); with `rows` (a slice), the output at those positions
+        only. Returns it and, with `attend`, the query's attention over the context examples per
+        head (R, B, H, N)."""
         ln1_g, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_g, ln2_b, fc_w, fc_b, fc_proj_w, fc_proj_b = lp
         R, B, S, W = h.shape
         H, hs = self.heads, W // self.heads
@@ -284,13 +299,11 @@ class GPT(Model):
         else:
             q = heads(_linear(n[:, :, rows], w_qkv[:, :, :W], b_qkv[:, :W]))
             k, v = (heads(t) for t in _linear(n, w_qkv[:, :, W:], b_qkv[:, W:]).split(W, -1))
-            allowed = torch.arange(S, device=h.device) <= rows.unsqueeze(1)      # causal: keys up to the row
+            pos = torch.arange(S, device=h.device)
+            allowed = pos <= pos[rows].unsqueeze(1)                              # causal: keys up to the row
             o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
             h = h[:, :, rows]
-        with torch.no_grad():                     # the query (the last row) over the N examples, itself left out
-            wq = torch.softmax(q[:, :, -1:] @ k.transpose(-1, -2) / math.sqrt(hs), -1)[:, :, 0, :S - 1]
-            wq = wq.unflatten(-1, (-1, 2)).sum(-1)
-            seen = (wq / wq.sum(-1, keepdim=True)).view(R, B, H, -1)
+        seen = _query_attention(q, k).view(R, B, H, -1) if attend else None
         h = h + _linear(o.transpose(1, 2).reshape(R, B, -1, W), proj_w, proj_b)
         w_fc, b_fc = _folded(ln2_g, ln2_b, fc_w, fc_b)
         m = torch.nn.functional.gelu(_linear(_normalise(h), w_fc, b_fc))
