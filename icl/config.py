@@ -144,12 +144,14 @@ def check_experiment(exp: dict, name: str | None = None) -> None:
     for i, model in enumerate(exp["models"]):
         for key, problem in MODELS[model["kind"]].check(model, exp):
             raise ConfigError(f"{where}.models.{i}.{key}: {problem}")
-    if exp["train"].get("precision") == "bf16":
-        plain = sorted({m["kind"] for m in exp["models"] if not MODELS[m["kind"]].bf16_blocks})
-        if plain:
-            allowed = ", ".join(k for k, m in MODELS.items() if m.bf16_blocks)
-            raise ConfigError(f"{where}.train.precision: bf16 autocasts a model's inner blocks, and {', '.join(plain)} "
-                              f"has none; allowed: bf16 with the kinds {allowed} only, else float32 or tf32")
+    precision = exp["train"].get("precision")
+    asked = set(precision.values()) if isinstance(precision, dict) else {precision}
+    if "bf16" in asked and not any(MODELS[m["kind"]].bf16_blocks for m in exp["models"]):
+        plain = ", ".join(sorted({m["kind"] for m in exp["models"]}))
+        allowed = ", ".join(k for k, m in MODELS.items() if m.bf16_blocks)
+        raise ConfigError(f"{where}.train.precision: bf16 autocasts a model's inner blocks, and {plain} has none; "
+                          f"bf16 is for experiments with the kinds {allowed} (beside them other kinds train at "
+                          f"the device's default), else float32 or tf32")
     for i, model in enumerate(exp["models"]):
         if model.get("lr_rule") == "clock":
             _clock_rule_ok(model, exp, f"{where}.models.{i}.lr_rule")

@@ -29,7 +29,7 @@ import numpy as np
 
 from icl.data import data_spec
 from icl.plan import Run, plan, shape_key, shard_mem_mb, shards, train_threads
-from icl.runtime import log_epochs, pick_device, stable_hash
+from icl.runtime import log_epochs, pick_device, precision_on, stable_hash
 
 CALIBRATION_EPOCHS = 3
 TIMED_S, MAX_EPOCHS = 1.0, 50   # a cheap shape is timed over about a second of epochs (their median), not one:
@@ -125,7 +125,9 @@ def flop_calibrate(members: list[Run]) -> FlopCalibration:
     else:
         flops = _counted(members[:1], None)
     steps = -(-p["train"] // tr["batch_size"]) if tr.get("batch_size") else 1
-    return FlopCalibration(flops, steps, GPU_FLOP_RATE[tr.get("precision") or "tf32"])
+    from icl.models import MODELS       # local: torch, which _counted has loaded already
+    precision = precision_on(tr.get("precision"), "cuda", MODELS[spec["model"]["kind"]].bf16_blocks)
+    return FlopCalibration(flops, steps, GPU_FLOP_RATE[precision])
 
 
 def _counted(members: list[Run], prompts: int | None) -> float:

@@ -31,12 +31,22 @@ def pick_device(setting: str = "auto") -> "torch.device":  # noqa: F821
     return torch.device("cpu")
 
 
-def pick_precision(setting: str | None, dev) -> str:
-    """train.precision as a job applies it: absent, float32 on a CPU and tf32 on CUDA; tf32 on a CPU
-    is float32 (a CPU has no TF32 matmuls). Sets torch's matmul precision for the whole process."""
+def precision_on(setting: str | dict | None, device_type: str, bf16_blocks: bool = True) -> str:
+    """train.precision as a job on this type of device ("cpu", "cuda") applies it. A mapping gives
+    each device its own ({cuda: bf16} and float32 on a CPU, nanoGPT's choice: a CPU without bf16
+    units autocasts many times slower); absent, or a device the mapping leaves out, float32 on a CPU
+    and tf32 on CUDA. tf32 on a CPU is float32 (a CPU has no TF32 matmuls), and bf16 for a kind with
+    no blocks to autocast (the LSA beside a GPT) is the device's default."""
+    default = "tf32" if device_type == "cuda" else "float32"
+    precision = (setting.get(device_type) if isinstance(setting, dict) else setting) or default
+    if precision == "tf32" and device_type != "cuda" or precision == "bf16" and not bf16_blocks:
+        precision = default
+    return precision
+
+
+def pick_precision(setting: str | dict | None, dev, bf16_blocks: bool = True) -> str:
+    """precision_on for this job's device; sets torch's matmul precision for the whole process."""
     import torch
-    precision = setting or ("tf32" if dev.type == "cuda" else "float32")
-    if dev.type != "cuda" and precision == "tf32":
-        precision = "float32"
+    precision = precision_on(setting, dev.type, bf16_blocks)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
     return precision

@@ -202,7 +202,7 @@ class ShardTraining:
         self.runs, self.dev, self.tr = runs, dev, spec0["train"]
         self.seeds = [r["spec"]["seed"] for r in runs]
         self.model = models.build(spec0["model"], spec0["tokens"])
-        self.model.precision, self.model.device_type = pick_precision(self.tr.get("precision"), dev), dev.type
+        self.model.precision, self.model.device_type = pick_precision(self.tr.get("precision"), dev, self.model.bf16_blocks), dev.type
         self.cache = read_datasets(runs, data_paths)
         self.references: dict = {}
         self.train = load_prompts(self.model, runs, self.cache, "train", dev, references=self.references)

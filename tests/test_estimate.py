@@ -97,8 +97,7 @@ def test_a_flop_based_job_is_its_steps_at_the_rate_or_at_the_floor():
     assert small.seconds(8, 400, 4, 0.0) == pytest.approx(400 * GPU_STEP_FLOOR_S)
 
 
-@pytest.fixture(scope="module")
-def gpt_cfg():
+def _gpt_raw() -> dict:
     raw = copy.deepcopy(TINY)
     tiny = raw["experiments"]["tiny"]
     tiny.update(tokens={"kind": "gaussian", "d": 3, "covariance": "identity"}, task={"kind": "linear"},
@@ -107,7 +106,12 @@ def gpt_cfg():
                          "width": 16, "positional": "none"}])
     tiny["train"] = {"epochs": 50, "log_every": 10, "checkpoint_every": 50, "fresh": True}   # CUDA's defaults
     tiny["sweep"] = {"seed": [0, 1]}
-    return validate(raw)
+    return raw
+
+
+@pytest.fixture(scope="module")
+def gpt_cfg():
+    return validate(_gpt_raw())
 
 
 def test_the_flops_are_counted_on_the_runs_prompts_and_add_over_runs(gpt_cfg):
@@ -127,6 +131,19 @@ def test_the_flops_are_counted_on_the_runs_prompts_and_add_over_runs(gpt_cfg):
     # (~1/3) or of one run's share wrong by the runs falls outside
     layer = 13 * (2 * 12 * 16 ** 2 + 4 * 13 * 16)
     assert 3 * 40 * 13 * 2 * 12 * 16 ** 2 < cal.run_epoch_flops < 4 * 40 * 2 * layer
+
+
+def test_the_flop_rate_is_that_of_the_precision_the_job_takes_on_cuda():
+    """{cpu: float32, cuda: bf16}: the GPT's shard counts at bf16's rate, and the LSA's beside it,
+    which bf16 leaves at CUDA's default, at tf32's."""
+    from icl.estimate import GPU_FLOP_RATE, flop_calibrate
+    raw = _gpt_raw()
+    tiny = raw["experiments"]["tiny"]
+    tiny["models"].append({"name": "lsa", "kind": "lsa", "optimizer": "adam", "lr": 1e-2})
+    tiny["train"]["precision"] = {"cpu": "float32", "cuda": "bf16"}
+    tiny["sweep"] = {"seed": [0]}
+    rates = {ms[0].spec["model"]["kind"]: flop_calibrate(ms).rate for ms in shards(plan(validate(raw), "tiny")).values()}
+    assert rates == {"gpt": GPU_FLOP_RATE["bf16"], "lsa": GPU_FLOP_RATE["tf32"]}
 
 
 def test_cuda_without_a_cuda_device_is_flop_based_and_says_so(gpt_cfg, tmp_path, monkeypatch):

@@ -345,12 +345,71 @@ def test_bf16_losses_agree_with_float32(tmp_path):
     assert rel.max() > 0                                # it did train in another precision
 
 
-def test_bf16_refused_for_a_kind_without_blocks():
+@pytest.mark.parametrize("precision", ["bf16", {"cpu": "float32", "cuda": "bf16"}])
+def test_bf16_refused_for_an_experiment_without_blocks(precision):
     raw = copy.deepcopy(GPT)
     raw["experiments"]["g"]["models"] = [{"name": "lsa", "kind": "lsa", "optimizer": "adam", "lr": 1e-2}]
-    raw["experiments"]["g"]["train"]["precision"] = "bf16"
-    with pytest.raises(ConfigError, match=r"g\.train\.precision: bf16 .* lsa has none; allowed: bf16 with the kinds gpt"):
+    raw["experiments"]["g"]["train"]["precision"] = precision
+    with pytest.raises(ConfigError, match=r"g\.train\.precision: bf16 .* lsa has none; bf16 is for experiments with the kinds gpt"):
         validate(raw)
+
+
+@pytest.mark.parametrize("precision,words", [
+    ("bf32", "precision: 'bf32' is not allowed; matmul precision"),
+    ({"gpu": "bf16"}, "precision: unknown key 'gpu'; allowed keys: cpu, cuda"),
+    ({"cuda": "fp16"}, "precision.cuda: 'fp16' is not allowed; allowed: float32, tf32, bf16"),
+    ({}, "precision: must not be empty")])
+def test_a_bad_precision_is_named(precision, words):
+    raw = copy.deepcopy(GPT)
+    raw["experiments"]["g"]["train"]["precision"] = precision
+    with pytest.raises(ConfigError) as e:
+        validate(raw)
+    assert str(e.value).startswith("experiments.g.train." + words), str(e.value)
+
+
+PRECISIONS = [  # setting, device type, the kind has blocks to autocast -> what the job trains in
+    (None, "cpu", True, "float32"), (None, "cuda", True, "tf32"), ("tf32", "cpu", True, "float32"),
+    ("bf16", "cpu", True, "bf16"), ("bf16", "cuda", False, "tf32"), ("bf16", "cpu", False, "float32"),
+    ({"cuda": "bf16"}, "cpu", True, "float32"), ({"cuda": "bf16"}, "cuda", True, "bf16"),
+    ({"cpu": "bf16"}, "cuda", True, "tf32"), ({"cpu": "float32", "cuda": "float32"}, "cuda", True, "float32"),
+    ({"cpu": "tf32", "cuda": "bf16"}, "cpu", True, "float32"), ({"cuda": "bf16"}, "cuda", False, "tf32")]
+
+
+@pytest.mark.parametrize("setting,device,blocks,expected", PRECISIONS)
+def test_the_precision_a_job_takes_on_its_device(setting, device, blocks, expected):
+    from icl.runtime import precision_on
+    assert precision_on(setting, device, blocks) == expected
+
+
+def test_a_precision_per_device_trains_in_this_devices_entry(tmp_path):
+    """{cpu: float32, cuda: bf16} (autocast on CUDA only, as nanoGPT) trains on the CPU bit for bit as
+    float32 and says float32; {cpu: bf16} autocasts here and says bf16."""
+    recs, paths = _gpt(tmp_path, epochs=8, log_every=4, checkpoint_every=100)
+    at = lambda p: [{**r, "spec": {**r["spec"], "train": {**r["spec"]["train"], "precision": p}}} for r in recs]
+    f32 = train_shard(recs, paths, str(tmp_path / "f32.npz"))
+    cuda_only = train_shard(at({"cpu": "float32", "cuda": "bf16"}), paths, str(tmp_path / "cuda_only.npz"))
+    here = train_shard(at({"cuda": "tf32", "cpu": "bf16"}), paths, str(tmp_path / "here.npz"))
+    assert (str(f32["precision"]), str(cuda_only["precision"]), str(here["precision"])) == ("float32", "float32", "bf16")
+    np.testing.assert_array_equal(cuda_only["trace_train_loss"], f32["trace_train_loss"])
+    assert not np.array_equal(here["trace_train_loss"], f32["trace_train_loss"])
+
+
+def test_bf16_beside_a_kind_without_blocks_trains_that_kind_at_the_devices_default(tmp_path):
+    """ZFB §5's GPT beside the trained LSA: bf16 autocasts the GPT's blocks; the LSA's shard, with
+    nothing to autocast, trains in the device's default (float32 here) and its record says so."""
+    raw = copy.deepcopy(GPT)
+    g = raw["experiments"]["g"]
+    g["models"].append({"name": "lsa", "kind": "lsa", "optimizer": "adam", "lr": 1e-2})
+    g["train"]["precision"] = "bf16"
+    g["sweep"] = {"seed": [0]}
+    runs = plan(validate(raw), "g")
+    paths = {r.data_id: str(tmp_path / f"{r.data_id}.npz") for r in runs}
+    for r in runs:
+        write_dataset(r.data_spec, paths[r.data_id])
+    said = {r.spec["model"]["kind"]: str(train_shard([{"run_id": r.run_id, "data_id": r.data_id, "spec": r.spec}],
+                                                     paths, str(tmp_path / f"{r.run_id}.npz"))["precision"])
+            for r in runs}
+    assert said == {"gpt": "bf16", "lsa": "float32"}
 
 
 @pytest.mark.slow
