@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from icl.stats import MIN_SEEDS, cluster_weights
+from icl.stats import MIN_SEEDS, cluster_weights, percentile_interval
 from icl.theory import ldl
 
 RESOLUTION = 5            # optimisation steps: a crossing sooner than this is set by the step, not the dynamics
@@ -104,9 +104,8 @@ def slope_with_bootstrap(df: pd.DataFrame, tcol: str, seed: int = 0):
     den = (w * xc * xc).sum(1)
     num = (w * xc * (y[None, :] - (sy / sw)[:, None])).sum(1)
     has_slope = den > 1e-12 * (w * x * x).sum(1)            # a resample of a single L has none
-    boots = num[has_slope] / den[has_slope]
-    lo, hi = np.percentile(boots, [2.5, 97.5])
-    return slope, float(lo), float(hi), len(ok), n_missing
+    lo, hi = percentile_interval(num[has_slope] / den[has_slope], n_seeds)
+    return slope, lo, hi, len(ok), n_missing
 
 
 def interval_kind(n_seeds: int) -> str:

@@ -25,13 +25,42 @@ def cluster_weights(clusters, seed: int = 0) -> tuple[np.ndarray, int]:
     return counts.reshape(N_BOOT, n)[:, which].astype(float), n
 
 
-def median_interval(x, seed: int = 0) -> tuple[float, float]:
-    """95% percentile-bootstrap interval of the median of x (NaN with fewer than two values)."""
+def percentile_interval(draws, n_units: int, level: float = 0.95,
+                        bounds: tuple[float, float] = (-math.inf, math.inf)) -> tuple[float, float]:
+    """The level interval of a statistic from its bootstrap draws over n_units independent units
+    (values, runs or seeds): the draws' percentile interval widened about their median by
+    √(n/(n−1))·t(1 − α/2; n−1)/z(1 − α/2), the factor that turns the percentile interval of a
+    mean (z and the plug-in spread) into its Student-t interval. Unwidened, a "95 %" interval over
+    five seeds covers about 85 %; the factor is 1.58 at n = 5, 1.06 at n = 30, and tends to 1.
+    (Hesterberg's expanded percentiles cannot reach past the data's own extremes, and cover 92 %
+    at n = 5.) Clipped to the statistic's natural `bounds` (a correlation's [−1, 1], a share's
+    [0, 1]), where the truth lies. NaN without a finite draw or with fewer than two units."""
+    x = np.asarray(draws, float)
+    x = x[np.isfinite(x)]
+    if not len(x) or n_units < 2:
+        return math.nan, math.nan
+    p = 0.5 + level / 2
+    widen = math.sqrt(n_units / (n_units - 1)) * t_quantile(p, n_units - 1) / normal_quantile(p)
+    lo, mid, hi = np.percentile(x, [100 * (1 - p), 50, 100 * p])
+    return float(max(mid - widen * (mid - lo), bounds[0])), float(min(mid + widen * (hi - mid), bounds[1]))
+
+
+def normal_quantile(p: float) -> float:
+    """The p-quantile of the standard normal, by bisection on math.erfc's CDF."""
+    a, b = -40.0, 40.0
+    for _ in range(100):
+        m = (a + b) / 2
+        a, b = (m, b) if 0.5 * math.erfc(-m / math.sqrt(2)) < p else (a, m)
+    return (a + b) / 2
+
+
+def median_interval(x, seed: int = 0, bounds: tuple[float, float] = (-math.inf, math.inf)) -> tuple[float, float]:
+    """95% bootstrap interval of the median of x (percentile_interval, within the values' natural
+    `bounds`; NaN with fewer than two values)."""
     x = np.asarray(x, float)
     if len(x) < 2:
         return math.nan, math.nan
-    meds = np.median(x[resamples(len(x), seed)], axis=1)
-    return tuple(np.percentile(meds, [2.5, 97.5]))
+    return percentile_interval(np.median(x[resamples(len(x), seed)], axis=1), len(x), bounds=bounds)
 
 
 MIN_SEEDS = 5       # a statistic over seeds gets an interval from at least this many; fewer give a range

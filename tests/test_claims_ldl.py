@@ -2,6 +2,7 @@
 of L, initial losses from the task, 5% run-to-run noise in times, attention at the crossings as
 Lemma 1 links it to the loss) and then changed to make the claim hold, fail, be inconclusive and
 not testable: a verdict no data can flip is a defect."""
+import math
 import re
 
 import numpy as np
@@ -424,20 +425,28 @@ def test_a_verdict_that_depends_on_the_constant_in_Lstar_is_marked_fragile():
 
 @pytest.mark.parametrize("power,expect", [(-1.0, HOLDS), (0.0, FAILS)])
 def test_phase_boundary_against_delta(power, expect, monkeypatch):
-    """Runs over L × Δ (five seeds) whose third phase appears above L_b(Δ) = 0.6 · (Δ/3)^power
-    (two of the seeds one grid step later at Δ = 6, as seeds differ); with three seeds the slope
-    is not judged."""
+    """Runs over L × Δ (five seeds, L a factor √2 apart) whose third phase appears above
+    L_b(Δ) = 0.6 · (Δ/3)^power (two of the seeds one grid step later at Δ = 6 and one a step earlier
+    at Δ = 1.5, as seeds differ); with three seeds the slope is not judged. Two seeds of five a
+    factor 2 late is a spread the slope's interval over five seeds cannot tell from no slope at
+    all: inconclusive (the unwidened percentiles, a third too narrow at five seeds, held)."""
     monkeypatch.setattr(C.phases, "counter_blind", lambda df: None, raising=False)     # the counter's own validation is another test's
-    parts = []
-    for Dl in (1.5, 3.0, 6.0):
-        r = runs(Ls=(0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2), seeds=FIVE).assign(delta=Dl)
-        r["run_id"] = r["run_id"] + f"-{Dl}"
-        late = np.where((Dl == 6.0) & (r["seed"] >= 3), 2.0, 1.0)
-        r["n_phases"] = np.where(r["L"] > 0.6 * (Dl / 3.0) ** power * late, 3, 2)
-        parts.append(r)
-    df = pd.concat(parts, ignore_index=True)
+
+    def sweep(Ls, step):
+        parts = []
+        for Dl in (1.5, 3.0, 6.0):
+            r = runs(Ls=Ls, seeds=FIVE).assign(delta=Dl)
+            r["run_id"] = r["run_id"] + f"-{Dl}"
+            late = np.where((Dl == 6.0) & (r["seed"] >= 3), step, 1.0) * np.where((Dl == 1.5) & (r["seed"] == 1), 1 / step, 1.0)
+            r["n_phases"] = np.where(r["L"] > 0.6 * (Dl / 3.0) ** power * late, 3, 2)
+            parts.append(r)
+        return pd.concat(parts, ignore_index=True)
+
+    df = sweep(tuple(0.05 * math.sqrt(2) ** k for k in range(13)), math.sqrt(2))
     row = one(C.phase_boundary(setting(df), "delta"))
     assert row["group"] == "boundary against Δ" and row["verdict"] == expect, row
+    coarse = one(C.phase_boundary(setting(sweep((0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2), 2.0)), "delta"))
+    assert coarse["verdict"] == (UNSURE if expect == HOLDS else FAILS), coarse
     three = one(C.phase_boundary(setting(df[df["seed"] < 3]), "delta"))
     assert three["verdict"] == UNSURE and three["reason"] == "3 seeds: an interval over seeds needs at least 5"
     assert C.phase_boundary(setting(runs()), "delta") == []
@@ -560,8 +569,10 @@ def mf_tables(df, ratio, spread=0.02, epochs=np.arange(0, 200, 10), rate=0.02, b
     return cur, pd.concat([mf, sampled], ignore_index=True)
 
 
-@pytest.mark.parametrize("ratio,expect", [(1.0, HOLDS), (1.6, FAILS)])
+@pytest.mark.parametrize("ratio,expect", [(math.exp(0.03), HOLDS), (1.6, FAILS)])
 def test_mean_field_per_setting_with_a_measured_band(ratio, expect):
+    """Runs 3 % above the balanced flow, where the flow on their own sampled counts lies (the runs
+    the issue measured sat 0.5-6 % above it), hold; 60 % above, they do not."""
     df = runs(Ls=(0.3,), seeds=(0, 1, 2, 3, 4))
     cur, mf = mf_tables(df, ratio)
     rows = C.mean_field(setting(df, "lr=8", curves=cur, theory_curves=mf))
@@ -766,13 +777,13 @@ def test_eq4_is_flagged_where_the_label_gap_saturates_and_the_L_claims_leave_tho
 
 def test_the_report_says_which_claims_their_band_decides():
     """Issue 28 item 3: per claim, the share of its decided rows that are fragile, and a claim decided
-    mostly by its band says so in its header (icl.report.page.claim_robustness). Runs 7% above the
+    mostly by its band says so in its header (icl.report.page.claim_robustness). Runs 8% above the
     balanced curve, a sampled-count bias of 3% and seeds 1% apart: every L reads does not hold, and
     every one reads otherwise with the band half again as wide. attention_to_one on the same runs
     is decided by the data."""
     from icl.report.page import claim_robustness
     df = runs(Ls=(0.2, 0.3, 0.5), seeds=FIVE)
-    cur, mf = mf_tables(df, np.exp(0.07), spread=0.01, bias=0.03)
+    cur, mf = mf_tables(df, np.exp(0.08), spread=0.01, bias=0.03)
     s = setting(df, curves=cur, theory_curves=mf)
     rows = robust(C.mean_field, s, uses=("band",)) + robust(C.attention_to_one, s, uses=("band",))
     tab = claims.table("e", rows)
@@ -852,7 +863,8 @@ def test_a_row_that_holds_keeps_the_flows_reading_and_no_against():
     df = runs(seeds=FIVE)                       # times from the theorems' own T: β in the bands
     s = setting(df, theory_curves=flow_tables(df))
     rows = C.flow.with_flow(robust(C.time_vs_eps, s), C.time_vs_eps, s)
-    assert [r["verdict"] for r in rows] == [HOLDS, HOLDS], rows
+    # the sharp runs' β sits at the band's edge (T with its log factor is one end of it): inconclusive
+    assert [r["verdict"] for r in rows] == [HOLDS, UNSURE], rows
     assert all(np.isfinite(r["flow_value"]) and r["against"] is None for r in rows)
     plain = C.time_vs_eps(setting(df))          # no flow written: the columns stay empty
     assert all(np.isnan(r["flow_value"]) and r["against"] is None for r in plain)
@@ -881,7 +893,9 @@ def test_a_slope_the_clock_rule_fixes_is_not_evidence():
     tv = one(C.time_vs_L(setting(ruled), tcols=("t_rel_1e-2",)), "sharp, relative 1e-2")
     assert tv["verdict"] == NOT_TESTABLE and "η·t" in tv["reason"]
     # β compares two crossings of one run: the clock's time scale cancels, and it is judged as before
-    assert [r["verdict"] for r in C.time_vs_eps(setting(runs(seeds=FIVE).assign(lr_rule="clock")))] == [HOLDS, HOLDS]
+    judged = lambda df: [(r["verdict"], r["reason"]) for r in C.time_vs_eps(setting(df))]
+    assert judged(runs(seeds=FIVE).assign(lr_rule="clock")) == judged(runs(seeds=FIVE))
+    assert judged(runs(seeds=FIVE))[0][0] == HOLDS
 
 
 def test_prop1_is_judged_on_runs_at_its_precondition_and_another_model_is_an_extension():

@@ -26,7 +26,7 @@ def test_slope_equals_numpy_polyfit():
 def test_bootstrap_equals_refitting_each_resample_of_seeds():
     """The weighted closed form against the definition: draw seeds with replacement, stack their
     runs, fit a line with numpy; the same draws give the same 2000 slopes, so the same interval."""
-    from icl.stats import N_BOOT
+    from icl.stats import N_BOOT, percentile_interval
     df = _frame(-2.0, 0.3, seeds=6, seed=3)
     _, lo, hi, _, _ = slope_with_bootstrap(df, "t", seed=7)
     uniq = np.unique(df["seed"])
@@ -37,7 +37,7 @@ def test_bootstrap_equals_refitting_each_resample_of_seeds():
     for d in draws:
         pick = np.concatenate([rows[i] for i in d])
         boots.append(np.polyfit(x[pick], y[pick], 1)[0])
-    assert (lo, hi) == pytest.approx(tuple(np.percentile(boots, [2.5, 97.5])), rel=1e-9)
+    assert (lo, hi) == pytest.approx(percentile_interval(boots, len(uniq)), rel=1e-9)
 
 
 def test_bootstrap_interval_covers_truth_and_shrinks():
@@ -45,8 +45,9 @@ def test_bootstrap_interval_covers_truth_and_shrinks():
     for k in range(40):
         _, lo, hi, _, _ = slope_with_bootstrap(_frame(-2.0, 0.3, seed=k), "t", seed=k)
         cover += lo <= -2.0 <= hi
-    # nominal 95%; with only 5 seeds (clusters) the percentile bootstrap is liberal: 30/40 measured
-    assert cover >= 26
+    # nominal 95% (5 seeds; test_judge's Monte Carlo measures it on 1,500 sweeps): 34/40 here, where
+    # the plain percentiles, a third too narrow at 5 seeds, cover 30/40
+    assert cover >= 32
     w_noisy = np.diff(slope_with_bootstrap(_frame(-2.0, 0.3), "t")[1:3])[0]
     w_clean = np.diff(slope_with_bootstrap(_frame(-2.0, 0.03), "t")[1:3])[0]
     assert w_clean < w_noisy / 5

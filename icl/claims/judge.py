@@ -126,8 +126,8 @@ def judge(lo: float, hi: float, band: Band, choices: Choices = DEFAULT, what: st
 
 
 def boot(values, stat=np.median, clusters=None, seed: int = 0, min_units: int = 3) -> tuple[float, float]:
-    """95% percentile interval of stat(values) over icl.stats' resamples of the independent
-    units: the values themselves, or the clusters (e.g. seeds) they belong to. Fewer than
+    """95% interval of stat(values) over icl.stats' resamples of the independent units
+    (stats.percentile_interval): the values themselves, or the clusters (e.g. seeds) they belong to. Fewer than
     `min_units` units give no interval (NaN, NaN). `stat` takes the resampled values (with
     `clusters`, the rows of the drawn clusters stacked)."""
     x = np.asarray(values)
@@ -144,18 +144,14 @@ def boot(values, stat=np.median, clusters=None, seed: int = 0, min_units: int = 
         out = np.array([stat(x[d]) for d in draws], dtype=float)
     else:
         out = np.array([stat(x[np.concatenate([members[u] for u in d])]) for d in draws], dtype=float)
-    out = out[np.isfinite(out)]
-    if not len(out):
-        return math.nan, math.nan
-    lo, hi = np.percentile(out, [2.5, 97.5])
-    return float(lo), float(hi)
+    return stats.percentile_interval(out, n_units)
 
 
-def boot_median(values, min_units: int = 3) -> tuple[float, float]:
+def boot_median(values, min_units: int = 3, bounds: tuple[float, float] = (-math.inf, math.inf)) -> tuple[float, float]:
     """The bootstrap interval of a median over independent values (icl.stats.median_interval),
-    none with fewer than `min_units` values."""
+    within the values' natural `bounds`; none with fewer than `min_units` values."""
     x = np.asarray(values, float)
-    return stats.median_interval(x) if len(x) >= min_units else (math.nan, math.nan)
+    return stats.median_interval(x, bounds=bounds) if len(x) >= min_units else (math.nan, math.nan)
 
 
 def share(hits) -> tuple[float, float, float]:

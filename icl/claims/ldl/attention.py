@@ -41,7 +41,7 @@ def attention_to_one(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
                       reason=f"no run's train loss fell to {CONVERGED:g} of the uniform-attention loss, the "
                              f"theorem's precondition; train longer")]
     med = float(np.median(own))
-    lo, hi = boot_median(own)
+    lo, hi = boot_median(own, bounds=(0.0, 1.0))     # a share of attention
     v, why = judge(lo, hi, band, choices, "the median converged run's own attention")
     return [s.row(cid, v, prediction=pred, value=med, ci_lo=lo, ci_hi=hi, reason=why,
                   measurement=f"final Attn_own: median {med:.3f} [{fmt(lo)}, {fmt(hi)}], lowest {own.min():.3f}; {note}")]

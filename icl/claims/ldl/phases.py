@@ -4,11 +4,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from icl import stats
 from icl.claims import NOT_TESTABLE, UNSURE, fmt
 from icl.claims.judge import Band, Choices, DEFAULT, join, judge, share, too_few_seeds
 from icl.claims.ldl.identities import regimes, resolved, scale_identity, steps
 from icl.claims.ldl.setting import CONVERGED, RESOLUTION, SHARE_BAND, Setting, converged
-from icl.claims.ldl.stability import _boundary_slopes, _percentiles, _seed_counts, _seed_cube
+from icl.claims.ldl.stability import _boundary_slopes, _seed_counts, _seed_cube
 from icl.phases import PHASE_COUNTER
 
 
@@ -154,7 +155,7 @@ def phase_boundary(s: Setting, axis: str, choices: Choices = DEFAULT) -> list[di
         return [s.row(cid, UNSURE, group=group, prediction=pred,
                       measurement=join(f"a boundary inside the L grid at {len(bounds)} value(s) of {name}", note),
                       reason=f"the phase count crosses 2.5 inside the L grid at fewer than two values of {name}")]
-    lo, hi = _percentiles(_boundary_slopes(vals, Ds, Ls, _seed_counts(vals.shape[-1]))[0])
+    lo, hi = stats.percentile_interval(_boundary_slopes(vals, Ds, Ls, _seed_counts(vals.shape[-1]))[0], vals.shape[-1])
     meas = join(f"boundary L by {name}: " + ", ".join(f"{D:g}: {bounds[D]:.3g}" for D in sorted(bounds))
                 + f"; slope {sl:.2f} [{fmt(lo)}, {fmt(hi)}] over {vals.shape[-1]} seeds", note)
     if (few := too_few_seeds(vals.shape[-1])):

@@ -23,9 +23,6 @@ def _seed_counts(n_seeds: int) -> np.ndarray:
     return np.stack([(draws == k).sum(1) for k in range(n_seeds)], axis=1).astype(float)
 
 
-def _percentiles(x: np.ndarray) -> tuple[float, float]:
-    x = x[np.isfinite(x)]
-    return (math.nan, math.nan) if not len(x) else tuple(float(v) for v in np.percentile(x, [2.5, 97.5]))
 
 
 def _seed_cube(df: pd.DataFrame, axis: str, col: str) -> tuple[np.ndarray, list, list]:
@@ -114,7 +111,7 @@ def step_size(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
         return _spearman_rows(np.asarray(Ls, float), np.log(best))
 
     value = float(rho(np.ones((1, cube.shape[-1])))[0])
-    lo, hi = _percentiles(rho(_seed_counts(cube.shape[-1])))
+    lo, hi = stats.percentile_interval(rho(_seed_counts(cube.shape[-1])), cube.shape[-1], bounds=(-1.0, 1.0))
     meas = (f"Spearman ρ(L, largest stable lr) = {value:.2f} [{fmt(lo)}, {fmt(hi)}] over {runs['L'].nunique()} L × "
             f"{runs['lr'].nunique()} learning rates × {cube.shape[-1]} seeds")
     if (few := too_few_seeds(cube.shape[-1])):

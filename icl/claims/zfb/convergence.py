@@ -14,16 +14,11 @@ from icl.claims.zfb.setting import Setting
 
 
 def _boot_mean(B: np.ndarray, f) -> tuple[float, float]:
-    """95% percentile interval of f(mean of the matrices B) over icl.stats' resamples of them (the
+    """95% interval of f(mean of the matrices B) over icl.stats' resamples of them (the
     bootstrap of judge.boot, vectorised); none with fewer than 3 matrices."""
     if len(B) < 3:
         return math.nan, math.nan
-    vals = f(B[stats.resamples(len(B))].mean(1))
-    vals = vals[np.isfinite(vals)]
-    if not len(vals):
-        return math.nan, math.nan
-    lo, hi = np.percentile(vals, [2.5, 97.5])
-    return float(lo), float(hi)
+    return stats.percentile_interval(f(B[stats.resamples(len(B))].mean(1)), len(B))
 
 
 def _still(still, runs, opt: str) -> str:
