@@ -212,9 +212,13 @@ GPT = {"experiments": {"g": {
     "sweep": {"seed": [0, 1, 2]}}}}
 
 
-def _gpt(tmp_path, **train):
+def _gpt(tmp_path, also=(), seeds=None, **train):
+    """GPT's runs (with the models `also` beside its GPT, on `seeds`), their datasets written."""
     raw = copy.deepcopy(GPT)
     raw["experiments"]["g"]["train"].update(train)
+    raw["experiments"]["g"]["models"] += list(also)
+    if seeds is not None:
+        raw["experiments"]["g"]["sweep"] = {"seed": seeds}
     runs = plan(validate(raw), "g")
     paths = {}
     for r in runs:
@@ -397,18 +401,10 @@ def test_a_precision_per_device_trains_in_this_devices_entry(tmp_path):
 def test_bf16_beside_a_kind_without_blocks_trains_that_kind_at_the_devices_default(tmp_path):
     """ZFB §5's GPT beside the trained LSA: bf16 autocasts the GPT's blocks; the LSA's shard, with
     nothing to autocast, trains in the device's default (float32 here) and its record says so."""
-    raw = copy.deepcopy(GPT)
-    g = raw["experiments"]["g"]
-    g["models"].append({"name": "lsa", "kind": "lsa", "optimizer": "adam", "lr": 1e-2})
-    g["train"]["precision"] = "bf16"
-    g["sweep"] = {"seed": [0]}
-    runs = plan(validate(raw), "g")
-    paths = {r.data_id: str(tmp_path / f"{r.data_id}.npz") for r in runs}
-    for r in runs:
-        write_dataset(r.data_spec, paths[r.data_id])
-    said = {r.spec["model"]["kind"]: str(train_shard([{"run_id": r.run_id, "data_id": r.data_id, "spec": r.spec}],
-                                                     paths, str(tmp_path / f"{r.run_id}.npz"))["precision"])
-            for r in runs}
+    recs, paths = _gpt(tmp_path, also=[{"name": "lsa", "kind": "lsa", "optimizer": "adam", "lr": 1e-2}], seeds=[0],
+                       precision="bf16")
+    said = {r["spec"]["model"]["kind"]: str(train_shard([r], paths, str(tmp_path / f"{r['run_id']}.npz"))["precision"])
+            for r in recs}
     assert said == {"gpt": "bf16", "lsa": "float32"}
 
 

@@ -1,8 +1,6 @@
 """Step size: the flat regime tolerates larger steps."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 
@@ -21,8 +19,6 @@ def _seed_counts(n_seeds: int) -> np.ndarray:
         return np.zeros((0, n_seeds))
     draws = stats.resamples(n_seeds)
     return np.stack([(draws == k).sum(1) for k in range(n_seeds)], axis=1).astype(float)
-
-
 
 
 def _seed_cube(df: pd.DataFrame, axis: str, col: str) -> tuple[np.ndarray, list, list]:
