@@ -1,7 +1,8 @@
 """The phase counter (icl/phases.py, summary.parquet's n_phases) on the theory's own curves: what
 it counts, per model or curve, in LDL's flat and sharp regimes. Prints the confusion table
 (model/curve × regime → the counts of phases over L and seeds) that docs/claims.md
-quotes, and the verdict it implies for icl.claims.ldl (icl.phases.PHASE_COUNTER: its medians).
+quotes. No verdict reads it: the claims measure the counter's power per setting on the traces
+Props. 2-4 predict for that setting's runs (icl.claims.ldl.phase_power).
 
 The settings are the default config's (d = 15, K = 4, N = 100, Δ = 3, so L* = 1/(Δδ) = 0.373):
 - the cosine at one frequency c = 0.5 (ldl_cosine, LDL §6): softmax_q by GD at lr 5, the block by

@@ -243,6 +243,7 @@ def summary_table(sh: dict) -> pd.DataFrame:
     found = phase_counts(tl, own, t_ep, np.where(np.isfinite(ref), ref, loss0))
     summ["n_phases"] = pd.array([f.n if f else None for f in found], dtype="Int64")
     summ["phase_ends"] = pd.Series([list(f.ends) if f else [] for f in found], dtype="object")
+    summ["phase_noise"] = np.array([f.noise if f else np.nan for f in found], float)   # the counter's power is measured at it
     summ["late_exponent"] = late_exponent(tl, t_ep)
     if "trace_query_loss" in sh:
         summ["t_escape"] = escape_time(sh["trace_query_loss"], sh["trace_zero_loss"],

@@ -29,20 +29,11 @@ MAX_POINTS = 160     # the fit sees at most this many epochs of a window (thinne
 _THETA = np.logspace(-3, 3, 37)      # θ in units of the stretch's length, plus ∞ (constant rate)
 
 
-# What this counter counts, median per regime, on the theory's own curves and on trained runs at L well
-# inside each regime (Δ = 3, N = 100; flat L = 0.1, 0.2, sharp L = 1.5, 2): benchmarks/phase_counter.py
-# prints the table; the phase claims read inconclusive where flat and sharp agree (icl.claims.ldl).
-PHASE_COUNTER = {
-    "mean_field": {"flat": 2, "sharp": 2},          # both families (c = 0.5 at lr 5, c = L with lr_rule: clock)
-    "softmax_q": {"flat": 2, "sharp": 2},           # GD; at c = 0.5, L = 0.1 three runs count 1 (window too short)
-    "transformer_block": {"flat": 3, "sharp": 3},   # Adam 1e-3: flat 2-3, sharp 2-4
-}
-
-
 class Phases(NamedTuple):
     n: int | None          # number of phases (None: more than MAX_PHASES, or nothing to fit)
     ends: list[float]      # epochs at which each phase but the last ends
     tol: float             # the tolerance used (TOL, or more where the trace is noisy)
+    noise: float = 0.0     # the trace's epoch-to-epoch noise (noise_level), what its power is measured at
 
 
 def logit(attn) -> np.ndarray:
@@ -109,18 +100,19 @@ def phases(epochs, z, tol: float | None = None) -> Phases:
     if not ok.all():
         t, z = t[:np.argmin(ok)], z[:np.argmin(ok)]
     tol = TOL if tol is None else tol
-    tol = max(tol, 4.0 * noise_level(z))
+    noise = noise_level(z)
+    tol = max(tol, 4.0 * noise)
     if len(t) < MIN_LEN:
-        return Phases(None, [], tol)
+        return Phases(None, [], tol, noise)
     keep = thin(t)
     t, z = t[keep], z[keep]
     starts, i = [], 0
     while i < len(t) - 1:
         starts.append(i)
         if len(starts) > MAX_PHASES:
-            return Phases(None, [], tol)
+            return Phases(None, [], tol, noise)
         j = _longest(t, z, i, tol)
         if j >= len(t) - 1:
             break
         i = j                                         # phases share their boundary epoch
-    return Phases(len(starts), [float(t[s]) for s in starts[1:]], tol)
+    return Phases(len(starts), [float(t[s]) for s in starts[1:]], tol, noise)

@@ -138,3 +138,33 @@ def clopper_pearson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
     lo = 0.0 if k == 0 else root(lambda p: _binom_tail(k, n, p, upper=True) - alpha / 2)
     hi = 1.0 if k == n else root(lambda p: alpha / 2 - _binom_tail(k, n, p, upper=False))
     return lo, hi
+
+
+def clustered_share_interval(hits, clusters, alpha: float = 0.05) -> tuple[float, float, float]:
+    """(ρ, lo, hi): the exact binomial interval of a share of runs that come in clusters (the
+    runs of one seed share its draws), over the effective number of independent runs N/deff,
+    deff = 1 + (m̄ − 1)ρ (Kish's design effect, m̄ the mean cluster size), ρ the one-way ANOVA
+    estimate of the intra-cluster correlation clipped to [0, 1]. Where the runs show no variation
+    from which to estimate it (all alike) ρ is taken as 1: each cluster counts once. The share's
+    count over the effective runs is rounded down for the lower end and up for the upper, so the
+    interval is never narrower than the exact one at the effective size."""
+    x = np.asarray(hits, float)
+    _, g = np.unique(np.asarray(clusters), return_inverse=True)
+    n, G = len(x), int(g.max()) + 1 if len(x) else 0
+    if not n:
+        return math.nan, math.nan, math.nan
+    m = np.bincount(g, minlength=G).astype(float)
+    p_i = np.bincount(g, weights=x, minlength=G) / m
+    p = float(x.mean())
+    if G < 2 or n == G:
+        rho = 0.0 if n == G else 1.0
+    else:
+        n0 = (n - (m * m).sum() / n) / (G - 1)
+        msb = float((m * (p_i - p) ** 2).sum() / (G - 1))
+        msw = float((m * p_i * (1 - p_i)).sum() / (n - G))
+        den = msb + (n0 - 1) * msw
+        rho = 1.0 if den <= 0 else float(np.clip((msb - msw) / den, 0.0, 1.0))
+    n_eff = max(1, int(math.floor(n / (1 + (n / G - 1) * rho) + 1e-9)))
+    lo, _ = clopper_pearson(int(math.floor(p * n_eff + 1e-9)), n_eff, alpha)
+    _, hi = clopper_pearson(int(math.ceil(p * n_eff - 1e-9)), n_eff, alpha)
+    return rho, lo, hi

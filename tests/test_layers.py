@@ -102,8 +102,6 @@ def test_report_package_points_one_way():
 # A kind's name as a string outside icl/models/ only where it is data, never to branch on: a
 # claim, a theory table or a figure asks icl.models.kinds(trait) instead (icl/models/base.py).
 NAME_AS_DATA = {
-    ("phases.py", '"softmax_q": {'): "PHASE_COUNTER: the phase counter's measured counts per kind",
-    ("phases.py", '"transformer_block": {'): "PHASE_COUNTER: the phase counter's measured counts per kind",
     ("claims/zfb/inputs.py", 'TRAINED_LSA = "lsa"'): "shift.parquet's predictor label of trained LSA rows",
 }
 

@@ -92,13 +92,12 @@ def test_on_the_mean_field_flow_the_counter_sees_two_phases_in_both_regimes():
     balanced counts), counted as a run is (icl.measures.phase_counts, same window), at flat
     L = 0.1, 0.2 and sharp L = 1.5, 2 of the default settings, for the cosine at c = 0.5 (lr 5) and
     the shape family with lr_rule: clock. The sharp flow shows two phases, not three: LDL's third
-    phase is not in its own mean-field limit, and the claims' table (icl.claims.ldl.PHASE_COUNTER)
-    says so."""
+    phase is not in its own mean-field limit (the phase rows' flow column reads it per setting,
+    icl.claims.ldl.flow)."""
     import sys
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import phase_counter as B
-    from icl.claims.ldl import PHASE_COUNTER
     for model, c in B.CASES.values():
         if model["kind"] != "softmax_q":
             continue
@@ -107,4 +106,3 @@ def test_on_the_mean_field_flow_the_counter_sees_two_phases_in_both_regimes():
         assert sharp == [2, 2], (model, c, counts)
         assert all(n in (1, 2) for rg, _, n in counts if rg == "flat")
         assert not B.separates(counts)
-    assert PHASE_COUNTER["mean_field"] == {"flat": 2, "sharp": 2}

@@ -37,7 +37,10 @@ CLAIMS = {
 }
 
 COLUMNS = ["experiment", "claim_id", "model", "group", "claim", "prediction", "measurement", "value", "ci_lo",
-           "ci_hi", "verdict", "reason", "domain", "fragile", "scope", "flow_value", "flow_lo", "flow_hi", "against"]
+           "ci_hi", "verdict", "reason", "domain", "fragile", "scope", "flow_value", "flow_lo", "flow_hi", "against",
+           "hypotheses"]
+# `hypotheses`, on a row of LDL's theorems and propositions: each hypothesis at the setting with unit
+# constants, met or not and by how far (icl.claims.ldl.hypotheses); empty elsewhere
 # `against`, on a row that does not hold where the theory's own dynamics were measured too (icl.claims.ldl.flow):
 # "theorem" (the runs follow LDL's mean-field flow; the theorem's statement disagrees with it) or
 # "dynamics" (the runs disagree with that flow too); null elsewhere
@@ -70,7 +73,7 @@ def verdict(claim_id: str, verdict: str, *, prediction: str, measurement: str, r
             "prediction": prediction, "measurement": measurement, "value": float(value),
             "ci_lo": float(ci_lo), "ci_hi": float(ci_hi), "verdict": verdict, "reason": reason, "domain": domain,
             "fragile": fragile, "scope": scope, "flow_value": math.nan, "flow_lo": math.nan, "flow_hi": math.nan,
-            "against": None}
+            "against": None, "hypotheses": ""}
 
 
 def base_id(claim_id: str) -> str:

@@ -154,14 +154,38 @@ def boot_median(values, min_units: int = 3, bounds: tuple[float, float] = (-math
     return stats.median_interval(x, bounds=bounds) if len(x) >= min_units else (math.nan, math.nan)
 
 
-def share(hits) -> tuple[float, float, float]:
+def median_by_seed(values, seeds, bounds: tuple[float, float] = (-math.inf, math.inf)) -> tuple[float, float]:
+    """The interval of a median over runs: over the runs themselves where each has its own seed
+    (boot_median), else over whole seeds resampled (boot with clusters: the runs of one seed share
+    its draws), within the values' natural `bounds`."""
+    x, sd = np.asarray(values, float), np.asarray(seeds)
+    if len(np.unique(sd)) >= len(x):
+        return boot_median(x, bounds=bounds)
+    lo, hi = boot(x, np.median, clusters=sd, min_units=3)
+    return (float(np.clip(lo, *bounds)), float(np.clip(hi, *bounds))) if np.isfinite(lo) else (lo, hi)
+
+
+def share(hits, clusters=None) -> tuple[float, float, float]:
     """(share, lo, hi): the share of runs for which `hits` is true and its exact binomial
-    (Clopper–Pearson) 95% interval (icl.stats.clopper_pearson); NaN without a run."""
+    (Clopper–Pearson) 95% interval (icl.stats.clopper_pearson); NaN without a run. `clusters`
+    (each run's seed): runs that share a seed's draws are not independent, and the interval is
+    taken over the effective number of independent runs (icl.stats.clustered_share_interval)."""
     x = np.asarray(hits, bool)
     if not len(x):
         return math.nan, math.nan, math.nan
-    lo, hi = stats.clopper_pearson(int(x.sum()), len(x))
+    if clusters is not None and len(np.unique(np.asarray(clusters))) < len(x):
+        _, lo, hi = stats.clustered_share_interval(x, clusters)
+    else:
+        lo, hi = stats.clopper_pearson(int(x.sum()), len(x))
     return float(x.mean()), lo, hi
+
+
+def independent(n_runs: int, seeds) -> str:
+    """'18 runs of 6 seeds (the seed is the unit of independence: the interval counts the runs as
+    clustered by seed)' where runs share seeds, '' where each run has its own."""
+    k = len(set(np.asarray(seeds).tolist()))
+    return "" if k >= n_runs else (f"{n_runs} runs of {k} seed{'s' if k != 1 else ''}: the interval counts them "
+                                   f"clustered by seed, the unit of independence")
 
 
 def too_few_seeds(n_seeds: int) -> str:

@@ -306,25 +306,22 @@ def regimes_by_model_table(tabs) -> str:
     return t.to_html(index=False, float_format=lambda v: f"{v:.3g}", na_rep="—", classes="tbl")
 
 
-def phase_note(tabs) -> str:
-    """What a count of phases can show here, from the phase counter's table on the theory's own
-    curves (icl.phases.PHASE_COUNTER, benchmarks/phase_counter.py); '' for runs without an
-    own-feature logit. Where LDL's own mean-field flow counts fewer than three phases in the sharp
-    regime, it says that the third phase is not visible in the theory's own mean-field limit."""
-    from icl.phases import PHASE_COUNTER
+def phase_note(tabs, verdicts: pd.DataFrame | None = None) -> str:
+    """What a count of phases can show here, read from the phase rows themselves: how many were
+    decided, and how many read not testable because the counter's power on Props. 2-4's predicted
+    traces (icl.claims.ldl.phase_power, measured per setting) is below what a count needs; '' for runs
+    without an own-feature logit or without phase rows."""
     df = tabs["runs"].merge(tabs["summary"], on="run_id")
-    if "n_phases" not in df or df["n_phases"].isna().all():
+    if "n_phases" not in df or df["n_phases"].isna().all() or verdicts is None or verdicts.empty:
         return ""
-    mf = PHASE_COUNTER["mean_field"]
-    kinds = sorted(k for k in set(df["model_kind"].astype(str))
-                   if k in PHASE_COUNTER and PHASE_COUNTER[k]["flat"] == PHASE_COUNTER[k]["sharp"])
-    out = []
-    if mf["sharp"] < 3:
-        out.append(f"On LDL's own mean-field flow (Lemma 2 with balanced counts, no free constant) the phase counter "
-                   f"counts {mf['sharp']} phases in the sharp regime, as in the flat one ({mf['flat']}): LDL's third "
-                   f"phase is not visible in its own mean-field limit.")
-    if kinds:
-        out.append(f"On the theory's own curves the counter counts the same number of phases in both regimes for "
-                   f"{', '.join(kinds)} (benchmarks/phase_counter.py; docs/claims.md), so the phase claims on "
-                   f"{'it' if len(kinds) == 1 else 'them'} read inconclusive.")
-    return " ".join(out)
+    v = verdicts[verdicts["claim_id"].astype(str).str.replace(".ext", "", regex=False).eq("ldl.phases")]
+    if v.empty:
+        return ""
+    weak = v["reason"].astype(str).str.contains("a count of phases cannot test this here", regex=False)
+    decided = v["verdict"].isin(["holds", "does not hold"])
+    out = [f"The phase claims are read from the runs' counts where the phase counter's power, measured per setting on "
+           f"the traces Props. 2-4 predict for those runs (their Phase-I end, accuracy and noise), is at least 80%: "
+           f"{int(decided.sum())} of {len(v)} phase row{'s' if len(v) != 1 else ''} decided"]
+    if weak.any():
+        out.append(f"{int(weak.sum())} not testable for want of that power (each row gives it)")
+    return "; ".join(out) + "."

@@ -453,7 +453,7 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
                          g[g["scope"] == "run"].to_dict("records")) for m, g in verdicts.groupby("model", sort=False)],
         summary=summ.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="—", classes="tbl runs"),
         regimes_table=report_ldl.regimes_by_model_table(tabs) if ldl else "",
-        phase_note=report_ldl.phase_note(tabs) if ldl else "",
+        phase_note=report_ldl.phase_note(tabs, verdicts) if ldl else "",
         diverged=[{"model": d["model"], "what": ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                                                        for k, v in d.items() if k in swept and k != "lr")}
                   for d in summ[summ["diverged"].astype(bool)].to_dict("records")] if "diverged" in summ else [],

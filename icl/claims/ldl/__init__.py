@@ -31,16 +31,20 @@ from icl.claims import CLAIMS, NOT_TESTABLE, base_id
 from icl.claims.judge import by_setting, exclude, join, robust, settings
 from icl.claims.ldl.attention import attention_to_one, offdiag_logits, own_logit_monotone
 from icl.claims.ldl.flow import with_flow
-from icl.claims.ldl.identities import domain, regimes, scale_identity  # noqa: F401  (for the analysis and the tests)
+from icl.claims.ldl.hypotheses import charge
+from icl.claims.ldl.identities import design_fixed, domain, regimes, scale_identity  # noqa: F401  (analysis, tests)
 from icl.claims.ldl.mean_field_flow import mean_field
 from icl.claims.ldl.phases import phase_boundary, phases_claim, transition_at_Lstar
 from icl.claims.ldl.setting import L_CLAIMS, Setting, inside_eq4
 from icl.claims.ldl.stability import step_size
 from icl.claims.ldl.time_scales import phase_one, time_vs_L, time_vs_eps
 from icl.claims.ldl.unseen import unseen_functions
-from icl.phases import PHASE_COUNTER  # noqa: F401  (the counter the phase claims read, for the tests)
 
 LDL_AXIS = ("L", "seed")
+# the claims about the dynamics' shape: where a rule of the experiment makes two settings one dynamics, one row
+DYNAMICS_CLAIMS = ("ldl.time_vs_eps", "ldl.time_vs_L", "ldl.phase_one", "ldl.phases", "ldl.transition_at_Lstar",
+                   "ldl.mean_field", "ldl.attention_to_one", "ldl.offdiag_logits", "ldl.own_logit_monotone",
+                   "ldl.unseen_functions")
 RULES = {"ldl.attention_to_one": attention_to_one, "ldl.offdiag_logits": offdiag_logits,
          "ldl.own_logit_monotone": own_logit_monotone, "ldl.phase_one": phase_one, "ldl.phases": phases_claim,
          "ldl.time_vs_L": time_vs_L, "ldl.time_vs_eps": time_vs_eps, "ldl.transition_at_Lstar": transition_at_Lstar,
@@ -69,29 +73,96 @@ def verdicts(tabs: dict, model: str) -> list[dict]:
                                  "ldl.time_vs_eps", "ldl.unseen_functions", "ldl.mean_field", *L_CLAIMS)]
             continue
         sL, why = inside_eq4(s)           # the L-claims read the runs inside Eq. 4's domain
-        rows += [*robust(attention_to_one, s, uses=("band",)), *robust(offdiag_logits, s, uses=("band",)),
-                 *robust(own_logit_monotone, s, uses=("band",)), *with_flow(robust(time_vs_eps, s), time_vs_eps, s),
-                 *robust(unseen_functions, s, uses=("band",)), *robust(mean_field, s, uses=("band",))]
+        rows += charged([*robust(attention_to_one, s, uses=("band",)), *robust(offdiag_logits, s, uses=("band",)),
+                         *robust(own_logit_monotone, s, uses=("band",)),
+                         *with_flow(robust(time_vs_eps, s), time_vs_eps, s),
+                         *robust(unseen_functions, s, uses=("band",)), *robust(mean_field, s, uses=("band",))], s)
         if sL is None:
             rows += [s.row(cid, NOT_TESTABLE, prediction="—", measurement="—",
                            reason=f"every run of this setting is outside Eq. 4's domain: {why}") for cid in L_CLAIMS]
         else:
-            rows += [*with_flow(robust(phases_claim, sL), phases_claim, sL),
-                     *with_flow(robust(transition_at_Lstar, sL), transition_at_Lstar, sL),
-                     *with_flow(robust(time_vs_L, sL), time_vs_L, sL),
-                     *with_flow(robust(phase_one, sL, uses=("band",)), phase_one, sL)]
+            rows += charged([*with_flow(robust(phases_claim, sL), phases_claim, sL),
+                             *with_flow(robust(transition_at_Lstar, sL), transition_at_Lstar, sL),
+                             *with_flow(robust(time_vs_L, sL), time_vs_L, sL),
+                             *with_flow(robust(phase_one, sL, uses=("band",)), phase_one, sL)], sL)
     for axis in ("delta", "N"):          # L* = 1/(Δδ): the phase boundary against Δ and N, where swept
         if axis in cols:
             for lab, g in by_setting(df, [c for c in cols if c != axis]):
                 sL, why = inside_eq4(setting(lab, g))
-                rows += robust(phase_boundary, sL, axis) if sL is not None else [setting(lab, g).row(
+                rows += charged(robust(phase_boundary, sL, axis), sL) if sL is not None else [setting(lab, g).row(
                     "ldl.transition_at_Lstar", NOT_TESTABLE, group=f"boundary against {'Δ' if axis == 'delta' else axis}", prediction="—",
                     measurement="—", reason=f"every run of this setting is outside Eq. 4's domain: {why}")]
     for lab, g in by_setting(df, [c for c in cols if c != "lr"]):      # the learning rate is step size's axis
         rows += robust(step_size, setting(lab, g, left_out=False), uses=("band",))
-    rows = once(rows, df, cols)
+    rows = clock_once(once(rows, df, cols), df, cols, tabs["theory_curves"])
     order = {c: i for i, c in enumerate(CLAIMS)}
     return sorted(rows, key=lambda r: order[base_id(r["claim_id"])])
+
+
+def charged(rows: list[dict], s: Setting) -> list[dict]:
+    """A theorem's rows held to its hypotheses at the setting's runs (icl.claims.ldl.hypotheses),
+    each regime's row to its own runs (the default split at L*)."""
+    return charge(rows, s.runs, regimes(s.runs) if not s.runs.empty else None)
+
+
+def _flow_print(g, tc) -> tuple:
+    """The balanced flows of these runs as a comparable value: each distinct curve of loss over its
+    start (theory_curves' mean_field_loss, 4 significant digits), sorted."""
+    m = tc[(tc["metric"] == "mean_field_loss") & tc["run_id"].isin(g["run_id"])]
+    if m.empty:
+        return ()
+    curves = set()
+    for _, c in m.sort_values("epoch").groupby("run_id")["value"]:
+        v = c.to_numpy(float)
+        curves.add(tuple(float(f"{x:.4g}") for x in v / v[0]))
+    return tuple(sorted(curves))
+
+
+def clock_once(rows: list[dict], df, cols: list[str], tc) -> list[dict]:
+    """Settings that the experiment's rule makes one dynamics reported once. Under lr_rule: clock each
+    run's step is set so its collapse clock runs at one speed, and where that makes the balanced flows
+    of two settings (other Δ, N, …) the same curves in epochs, their rows of a dynamics claim measure
+    one thing: the later reads not testable, pointing at the first (the runs' own numbers kept)."""
+    if tc is None or tc.empty or not design_fixed(df, "x"):
+        return rows
+    reg = regimes(df)
+    groups = dict(by_setting(df, cols))
+    prints = {}
+
+    def fp(lab, rg, L):            # the flows of the runs a row reads: its setting's, regime's or L's
+        if (lab, rg, L) not in prints:
+            g = groups[lab]
+            g = g[reg.loc[g.index] == rg] if rg else g
+            g = g[g["L"].astype(float) == L] if L is not None else g
+            prints[lab, rg, L] = _flow_print(g, tc)
+        return prints[lab, rg, L]
+
+    first, out = {}, []
+    for r in rows:
+        lab = "" if not cols else next((lab for lab in groups if r["group"] == lab or r["group"].startswith(lab + "; ")),
+                                       None)
+        if lab is None or base_id(r["claim_id"]) not in DYNAMICS_CLAIMS or r["scope"] != "setting":
+            out.append(r)
+            continue
+        rest = r["group"][len(lab):].lstrip("; ") if lab else r["group"]
+        rg = next((x for x in ("flat", "sharp") if rest.split(",")[0].strip() == x), "")
+        L = float(rest[2:].split(";")[0]) if rest.startswith("L=") else None
+        f = fp(lab, rg, L)
+        if not f:
+            out.append(r)
+            continue
+        rest = "" if L is not None else rest             # the rows of every L with one flow are one row too
+        key = (r["claim_id"], rest, f)
+        if key not in first:
+            first[key] = r["group"]
+            out.append(r)
+            continue
+        out.append({**r, "verdict": NOT_TESTABLE, "fragile": "", "against": None,
+                    "reason": f"the same dynamics as the row '{first[key]}' by the experiment's own rule (lr_rule: "
+                              f"clock sets each run's step so that its collapse clock runs at one speed, and here it "
+                              f"makes the balanced flows of both settings the same curves in epochs): one measurement, "
+                              f"reported once, there"})
+    return out
 
 
 def once(rows: list[dict], df, cols: list[str]) -> list[dict]:

@@ -7,8 +7,8 @@ from dataclasses import replace
 import numpy as np
 
 from icl.claims import NOT_TESTABLE, UNSURE, fmt
-from icl.claims.judge import Band, Choices, DEFAULT, boot_median, join, judge, share
-from icl.claims.ldl.identities import shift_identity
+from icl.claims.judge import Band, Choices, DEFAULT, join, judge, median_by_seed, share
+from icl.claims.ldl.identities import monotone_identity, shift_identity
 from icl.claims.ldl.setting import (ATTN_TOL, CONVERGED, MONOTONE, OSCILLATES, Setting, _not_gd, converged,
                                     dynamics_runs, learning)
 
@@ -34,14 +34,15 @@ def attention_to_one(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
         return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement=learned.note, reason=learned.none)]
     df = learned.kept
     conv = converged(df)
-    own = df.loc[conv, "attn_own_final"].astype(float).dropna().to_numpy()
+    kept = df.loc[conv & df["attn_own_final"].notna()]
+    own, seeds = kept["attn_own_final"].astype(float).to_numpy(), kept["seed"].to_numpy()
     note = "; ".join(p for p in (f"{int(conv.sum())} of {len(df)} runs met the precondition", learned.note) if p)
     if not len(own):
         return [s.row(cid, UNSURE, prediction=pred, measurement=note,
                       reason=f"no run's train loss fell to {CONVERGED:g} of the uniform-attention loss, the "
                              f"theorem's precondition; train longer")]
     med = float(np.median(own))
-    lo, hi = boot_median(own, bounds=(0.0, 1.0))     # a share of attention
+    lo, hi = median_by_seed(own, seeds, bounds=(0.0, 1.0))     # a share of attention; the seed is the unit
     v, why = judge(lo, hi, band, choices, "the median converged run's own attention")
     return [s.row(cid, v, prediction=pred, value=med, ci_lo=lo, ci_hi=hi, reason=why,
                   measurement=f"final Attn_own: median {med:.3f} [{fmt(lo)}, {fmt(hi)}], lowest {own.min():.3f}; {note}")]
@@ -55,10 +56,11 @@ def offdiag_logits(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     path Σ|Δq_{k,k'}| of its off-diagonal logits over the mean rise of its own logits in that phase
     (summary's `qoff_phase_rates`, every epoch's change counted, so an oscillation counts in full), times K
     − 1, is within [0, RATE_C] = [0, 4] (the rate ≤ 4/(K − 1) of the own one) in a share of the runs that
-    have the phase, with its exact binomial interval, in [½, 1]. Under GD softmax's shift invariance makes
-    each value ≥ 1 (equal when all fall together); with K = 2 it fixes it at 1 and the row reads not
-    testable. `fall`: the share of runs in which most of them fell, with its exact binomial interval, in [½,
-    1]. `oscillation`, an observation no row decides ("oscillates" is the paper's informal word beside Prop.
+    have the phase, with its exact binomial interval, in [½, 1]. Under GD on noise-free orthogonal features
+    softmax's shift invariance makes each value ≥ 1 (equal when all fall together) and, with the own logit's
+    rise, their mean fall: there the `rate` and `fall` rows read not testable naming the identity, and report
+    what the data could move (the path beyond the identity's) as an observation. `fall`: the share of runs
+    in which most of them fell, with its exact binomial interval, in [½, 1]. `oscillation`, an observation no row decides ("oscillates" is the paper's informal word beside Prop.
     3's bound): the share of runs whose logits' path is ≥ 2% longer than their net change, with its exact
     binomial interval. The whole-run ratio −Δq_{k,k'}/Δq_k stays in summary as `qoff_rate` and decides
     nothing."""
@@ -73,28 +75,31 @@ def offdiag_logits(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
                       measurement=note, reason=f"no run's logits trace dynamics: {note}")]
     s = replace(s, left_out=join(s.left_out, note))
     rows = phase_rate_rows(s, df, choices)
-    fell = df["qoff_fell"].astype(float).dropna().to_numpy()
+    has = df[df["qoff_fell"].notna()]
+    fell, seeds = has["qoff_fell"].astype(float).to_numpy(), has["seed"].to_numpy()
     fall_band = Band(1.0, 1.0, 0.5, floor=0.0, ceil=1.0)
     # the median run's share ≥ ½ ⇔ at least half the runs have most of their logits fallen: judged as that
     # share of runs, with its exact binomial interval (a bootstrap of runs that all read 1.0 has zero width)
-    most, lo, hi = share(fell >= 0.5)
+    most, lo, hi = share(fell >= 0.5, seeds)
     v, why = judge(lo, hi, fall_band, choices, "the share of runs in which most off-diagonal logits fell")
-    K2 = int(df["K"].iloc[0]) == 2 and shift_identity(df)
-    rows.append(s.row(cid, NOT_TESTABLE if K2 else v, group="fall",
+    ident = shift_identity(df)
+    if ident:                # the column sum: the off-diagonal logits fall together by what the own one rises
+        why = (f"{ident}; with the own logit's rise (no GD step lowers it) their mean falls by 1/(K − 1) of it, so "
+               f"their overall decrease is fixed by algebra and the share is an observation, not evidence")
+    rows.append(s.row(cid, NOT_TESTABLE if ident else v, group="fall",
                       prediction=f"overall decrease: most off-diagonal logits fell in a share of runs "
                                  f"{fall_band.text(choices.band)} (exact binomial interval)",
-                      value=most, ci_lo=lo, ci_hi=hi,
-                      reason=(f"with K = 2 the one off-diagonal logit falls by exactly what the own logit rises "
-                              f"({shift_identity(df)})" if K2 else why),
+                      value=most, ci_lo=lo, ci_hi=hi, reason=why,
                       measurement=f"most fell in {int((fell >= 0.5).sum())} of {len(fell)} runs [{fmt(lo)}, {fmt(hi)}]; "
                                   f"share that fell: median over runs {np.median(fell):.2f}"))
     if "qoff_path_excess" in df and df["qoff_path_excess"].notna().any():
-        ex = df["qoff_path_excess"].astype(float).dropna().to_numpy()
+        hx = df[df["qoff_path_excess"].notna()]
+        ex = hx["qoff_path_excess"].astype(float).to_numpy()
         osc_band = Band(2 * OSCILLATES, math.inf, OSCILLATES, floor=0.0)
         # the median run's excess in the band ⇔ at least half the runs' is: judged as that share of runs with its
         # exact binomial interval (a monotone decay's excess is exactly 0 in every run: a bootstrap has zero width)
         edge = osc_band.edges()[0]
-        osc, lo, hi = share(ex >= edge)
+        osc, lo, hi = share(ex >= edge, hx["seed"].to_numpy())
         rows.append(s.row(cid, NOT_TESTABLE, group="oscillation",
                           prediction=f"an observation, not a verdict: the share of runs whose q_(k,k') oscillate (path / "
                                      f"|net change| − 1 {osc_band.text()}, 0 for a monotone change)",
@@ -146,14 +151,14 @@ def phase_rate_rows(s: Setting, df, choices: Choices = DEFAULT) -> list[dict]:
         return [s.row(cid, UNSURE, group="rate", prediction=pred,
                       measurement="no phase rates in summary (tables made before qoff_phase_rates, or no phase found)",
                       reason="no run's logits were measured per phase; remake the tables (icl tables)")]
-    floor = (f"; softmax's shift invariance makes each value ≥ 1 (equal when all off-diagonal logits fall "
-             f"together), so only its upper edge can be crossed" if why else "")
     within = Band(1.0, 1.0, 0.5, floor=0.0, ceil=1.0)
     rows = []
+    seeds_all = df["seed"].to_numpy()
     for j in range(n):
         r = (K - 1) * np.array([v[j] for v in per_run if len(v) > j], float)
+        sd = np.array([s_ for v, s_ in zip(per_run, seeds_all) if len(v) > j])
         has = len(r)
-        r = r[np.isfinite(r)]
+        sd, r = sd[np.isfinite(r)], r[np.isfinite(r)]
         grp = f"rate, phase {j + 1}"
         pj = (f"in phase {j + 1}, (K − 1) × the off-diagonal logits' mean rate over the own logit's in "
               f"{band.text(choices.band)} (O(1/K), K = {K}) in a share of runs {within.text(choices.band)} "
@@ -167,13 +172,22 @@ def phase_rate_rows(s: Setting, df, choices: Choices = DEFAULT) -> list[dict]:
         # binomial interval (runs whose logits all fall monotonically read 1 to float rounding: a bootstrap of
         # them has zero width)
         ok = r <= band.edges(choices.band)[1]
-        sh, lo, hi = share(ok)
+        sh, lo, hi = share(ok, sd)
         v, w = judge(lo, hi, within, choices, f"the share of runs whose phase-{j + 1} rate is within the bound")
-        rows.append(s.row(cid, v, group=grp, prediction=pj, value=sh, ci_lo=lo, ci_hi=hi, reason=w + floor,
+        excess = ""
+        if why:              # the identity fixes (K − 1)·rate ≥ 1, = 1 for a monotone fall: only the excess is data
+            v, w = NOT_TESTABLE, (f"{why}; so (K − 1)·rate ≥ 1, equal to 1 where the off-diagonal logits fall "
+                                  f"monotonically: the bound is met by algebra, and what the data can move (a path "
+                                  f"longer than the identity's) is reported as an observation")
+            x = r - 1.0
+            excess = (f"; the path beyond the identity's, (K − 1)·rate − 1: median {np.median(x):.3g}, largest "
+                      f"{x.max():.3g}")
+        rows.append(s.row(cid, v, group=grp, prediction=pj, value=sh, ci_lo=lo, ci_hi=hi,
+                          reason=w,
                           measurement=f"(K − 1)·rate in phase {j + 1} within {band.text(choices.band)} in "
                                       f"{int(ok.sum())} of {len(r)} runs [{fmt(lo)}, {fmt(hi)}]; median "
                                       f"{np.median(r):.3g}, range {r.min():.3g} to {r.max():.3g}; "
-                                      f"{len(df) - has} run(s) have no phase {j + 1}"))
+                                      f"{len(df) - has} run(s) have no phase {j + 1}{excess}"))
     return rows
 
 
@@ -195,10 +209,13 @@ def own_logit_monotone(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     if df.empty:
         return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement=note, reason=f"no run's logits trace dynamics: {note}")]
     s = replace(s, left_out=join(s.left_out, note))
-    drop = df["qown_drop"].astype(float).dropna().to_numpy()
+    hd = df[df["qown_drop"].notna()]
+    drop = hd["qown_drop"].astype(float).to_numpy()
     mono = drop <= MONOTONE
-    sh, lo, hi = share(mono)
+    sh, lo, hi = share(mono, hd["seed"].to_numpy())
     v, why = judge(lo, hi, band, choices, "the share of monotone runs")
+    if (ident := monotone_identity(df)):        # a value an identity fixes is not evidence: reported, not judged
+        v, why = NOT_TESTABLE, f"{ident}; the share of monotone runs is an observation of that identity, not evidence"
     return [s.row(cid, v, prediction=pred, value=sh, ci_lo=lo, ci_hi=hi, reason=why,
                   measurement=f"{int(mono.sum())} of {len(mono)} runs monotone ({sh:.0%}, exact binomial 95% interval "
                               f"[{fmt(lo)}, {fmt(hi)}]); the largest fall of an own logit is {fmt(float(drop.max()))} "

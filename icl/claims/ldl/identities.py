@@ -62,16 +62,36 @@ def shift_identity(df: pd.DataFrame) -> str | None:
     logits), so with orthogonal features of one norm and noise-free tokens Σ_k' Δq_{k,k'} = 0:
     the off-diagonal logits fall, together, by exactly what the own logit rises, and their mean
     rate −Δq_{k,k'}/Δq_k is 1/(K − 1) whatever the data."""
-    if df.empty or not _of(df, "mean_field") or not (df["optimizer"] == "gd").all():
-        return None
-    if not (df["token_kind"] == "discrete").all() or df["noise"].fillna(0).astype(float).gt(0).any():
-        return None
-    if "features" in df and df["features"].fillna("orthogonal").ne("orthogonal").any():
+    if not _gd_on_clean_features(df):
         return None
     K = int(df["K"].iloc[0])
     return (f"softmax's shift invariance: GD moves the logits of every query by increments that sum to zero over "
             f"the key features, so with orthogonal features of one norm Σ_k' Δq_(k,k') = −Δq_k exactly and the "
             f"mean rate is 1/(K − 1) = {1 / (K - 1):.3g} (K = {K}) by algebra")
+
+
+def _gd_on_clean_features(df: pd.DataFrame) -> bool:
+    """LDL's model under full-batch GD on noise-free tokens at orthogonal features of one norm:
+    where the algebra of softmax fixes the logits' increments (shift_identity, monotone_identity)."""
+    if df.empty or not _of(df, "mean_field") or not (df["optimizer"] == "gd").all():
+        return False
+    if not (df["token_kind"] == "discrete").all() or df["noise"].fillna(0).astype(float).gt(0).any():
+        return False
+    return not ("features" in df and df["features"].fillna("orthogonal").ne("orthogonal").any())
+
+
+def monotone_identity(df: pd.DataFrame) -> str | None:
+    """Why the own logit's monotone rise is fixed by algebra, or None. On noise-free tokens every
+    token of the query's feature k carries the query's label, so a prompt's loss ½r² (r = ŷ − f(v_k))
+    has ∂ℓ/∂q_k = r·Σ_(n∈V_k) attn_n(y_n − ŷ) = −r²·A_k ≤ 0 (A_k the own attention mass); at
+    orthogonal features of one norm a GD step moves q_k = v_kᵀQv_k by −η‖v‖⁴ times the sum of these
+    over the prompts whose query is v_k: it never falls, whatever the data (Lemma 2's g_k ≥ 0 is
+    this identity). The data can show only float rounding against it."""
+    if not _gd_on_clean_features(df):
+        return None
+    return ("GD on noise-free tokens at orthogonal features: each prompt's gradient on the own logit is −r²·A_k ≤ 0 "
+            "(r the query's residual, A_k its own attention mass), so no step lowers q_k, by algebra "
+            "(Lemma 2's g_k ≥ 0 is this identity), whatever the data")
 
 
 def domain(df: pd.DataFrame, eps: float | None = None) -> str:

@@ -29,8 +29,9 @@ def mean_field(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     replicates): the median over the seeds' median log(loss / mean field), bootstrapped over
     seeds, within a band built from the approximation's own measured bias — the flow on each run's
     sampled feature counts beside the balanced one (|V_k| = p_k N), their median log ratio over the
-    window, the band spanning 0 and every run's — widened by ± 2 seed-to-seed standard deviations of
-    log loss (the spread between training sets), judged on at least 5 seeds; plus one row per run (scope `run`: its log ratio's
+    window, the band spanning 0 and every run's — widened by ± 2 standard errors of the median judged (the
+    seed-to-seed standard deviation of log loss, the spread between training sets, × sqrt(π/2)/sqrt(n)),
+    judged on at least 5 seeds; plus one row per run (scope `run`: its log ratio's
     interquartile range over training against the same band). A claim about the shape of the
     dynamics needs dynamics in its window: where the runs' loss fell by less than a decade over
     the logged epochs it reads not testable. Applies only where one GD step is within the
@@ -93,12 +94,16 @@ def _mean_field_at(s: Setting, m: _Measured | None, choices: Choices) -> list[di
                       reason="theory_curves.parquet has no mean-field flow on the runs' sampled feature counts "
                              "(written by an older version), which the band needs (the balanced-count "
                              "approximation's measured bias): rerun the theory step")]
-    bias, spread, vals = m.bias, m.spread, m.vals
+    bias, vals = m.bias, m.vals
+    # the band's tolerance is the spread of the statistic judged, the median over the seeds' runs: the
+    # seed-to-seed standard deviation of log loss times sqrt(π/2)/sqrt(n), the median's standard error
+    spread = m.spread * math.sqrt(math.pi / 2 / max(len(vals), 1))
     b_lo, b_hi = min(0.0, float(bias.min())), max(0.0, float(bias.max()))
     band = Band(b_lo, b_hi, MEAN_FIELD_SPREAD * spread if np.isfinite(spread) else math.nan,
-                source="the balanced-count approximation's measured bias and the seeds' spread")
+                source="the balanced-count approximation's measured bias and the spread of the seeds' median")
     pred = (f"median log(loss / mean field) in {band.text(choices.band)} (0 to the sampled-count flow's bias "
-            f"{_span(bias)}, ± {MEAN_FIELD_SPREAD:g} × the seeds' spread {fmt(spread)})"
+            f"{_span(bias)}, ± {MEAN_FIELD_SPREAD:g} standard errors of the median over {len(vals)} seeds, "
+            f"{fmt(spread)}: the seeds' spread {fmt(m.spread)} × sqrt(π/2)/sqrt({len(vals)}))"
             if np.isfinite(spread) else "train loss = mean-field loss")
     rows = []
     if not np.isfinite(spread):
@@ -115,9 +120,13 @@ def _mean_field_at(s: Setting, m: _Measured | None, choices: Choices) -> list[di
                           measurement=f"median log ratio {vals.median():+.3f} [{fmt(lo)}, {fmt(hi)}] over {len(vals)} "
                                       f"runs; {within:.0%} of runs within the band, the worst at {vals.abs().max():.3f}; "
                                       f"the loss fell {10 ** float(m.fell.median()):.3g}× over {m.window}"))
+        # one run against the spread of one run (the seeds' standard deviation), not of their median
+        one = Band(b_lo, b_hi, MEAN_FIELD_SPREAD * m.spread, source="the approximation's bias and the seeds' spread")
+        pred_one = (f"the run's log(loss / mean field) in {one.text(choices.band)} (0 to the sampled-count flow's "
+                    f"bias, ± {MEAN_FIELD_SPREAD:g} × the seeds' spread {fmt(m.spread)})")
         for seed, med, q1, q3 in m.per_run:
-            vr, wr = judge(q1, q3, band, choices, "the run's log ratio (interquartile range over training)")
-            rows.append(verdict(cid, vr, model=s.model, group=join(s.label, f"seed={seed}"), prediction=pred,
+            vr, wr = judge(q1, q3, one, choices, "the run's log ratio (interquartile range over training)")
+            rows.append(verdict(cid, vr, model=s.model, group=join(s.label, f"seed={seed}"), prediction=pred_one,
                                 value=med, ci_lo=q1, ci_hi=q3, reason=wr, scope="run",
                                 measurement=f"median log ratio {med:+.3f}, interquartile [{q1:+.3f}, {q3:+.3f}]"))
     return rows

@@ -1,6 +1,8 @@
 """Phase claims: two phases flat, three sharp, and the transition at L*."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -8,9 +10,9 @@ from icl import stats
 from icl.claims import NOT_TESTABLE, UNSURE, fmt
 from icl.claims.judge import Band, Choices, DEFAULT, join, judge, share, too_few_seeds
 from icl.claims.ldl.identities import regimes, resolved, scale_identity, steps
+from icl.claims.ldl.phase_power import POWER, Power, pct, power, text
 from icl.claims.ldl.setting import CONVERGED, RESOLUTION, SHARE_BAND, Setting, converged
 from icl.claims.ldl.stability import _boundary_slopes, _seed_counts, _seed_cube
-from icl.phases import PHASE_COUNTER
 
 
 def phase_runs(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
@@ -29,24 +31,27 @@ def phase_runs(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return keep, ("runs left out of the count: " + ", ".join(parts)) if parts else ""
 
 
-# What icl.phases counts on the theory's own curves at the default settings (d = 15, K = 4, N = 100,
-# Δ = 3; L = 0.1, 0.2 flat and 1.5, 2 sharp; 3 seeds), benchmarks/phase_counter.py, the median count
-# per regime. LDL's own mean-field flow (Lemma 2, balanced counts) counts 2 in both regimes: its sharp
-# regime shows no third phase. A model kind whose flat and sharp medians agree cannot show LDL's
-# transition through a count of phases, and the phase claims on it read inconclusive.
-def counter_blind(df: pd.DataFrame) -> str | None:
-    """Why a count of phases cannot decide a phase claim on these runs' model kind (PHASE_COUNTER:
-    its flat and sharp counts agree on the theory's own curves), or None."""
-    for kind in sorted(set(df["model_kind"].astype(str))):
-        tab = PHASE_COUNTER.get(kind)
-        if tab and tab["flat"] == tab["sharp"]:
-            mf = PHASE_COUNTER["mean_field"]
-            return (f"the phase counter does not tell flat from sharp for {kind}: on the theory's own curves "
-                    f"(benchmarks/phase_counter.py, flat L = 0.1, 0.2 and sharp L = 1.5, 2 at Δ = 3, N = 100) it "
-                    f"counts a median {tab['flat']} phases in the flat regime and {tab['sharp']} in the sharp, and "
-                    f"{mf['flat']} and {mf['sharp']} on LDL's own mean-field flow, whose sharp regime shows no third "
-                    f"phase; a count of phases cannot decide this claim")
-    return None
+def counter_power(s: Setting, keep: pd.DataFrame) -> Power:
+    """The phase counter's measured power on these runs' predicted traces (icl.claims.ldl.phase_power),
+    each run's once per Phase-I end (robust() judges a setting under several choices, and the flow's
+    column re-reads it on the flow's own Phase-I ends)."""
+    return power(keep)
+
+
+def _weak(powers: dict[str, Power]) -> str:
+    """Why a count of phases cannot decide on these runs (`powers`: each regime the row reads and
+    the counter's power on its runs' predicted traces, below POWER), or ''."""
+    low = {rg: pw for rg, pw in powers.items() if not (np.isfinite(getattr(pw, rg)) and getattr(pw, rg) >= POWER)}
+    if not low:
+        return ""
+    parts = [text(pw, rg) if pw.n else f"no {rg} run has a predicted trace to measure the counter's power on "
+             f"({pw.note or 'no run'})" for rg, pw in low.items()]
+    return "; ".join(parts) + f": below the {POWER:.0%} a count needs to decide, so a count of phases cannot test this here"
+
+
+def _eps(df: pd.DataFrame) -> float:
+    """The accuracy a phase row is read at: 1/K, the edge of the theorems' K ≥ 1/ε (phase_power)."""
+    return 1.0 / float(df["K"].iloc[0]) if "K" in df and len(df) and np.isfinite(float(df["K"].iloc[0])) else math.nan
 
 
 def phases_claim(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
@@ -63,27 +68,29 @@ def phases_claim(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     if df["L_star"].isna().all() or "n_phases" not in df or df["attn_own_final"].isna().all():
         return [s.row(cid, NOT_TESTABLE, prediction="flat: 2, sharp: 3", measurement="no own attention traced",
                       reason="phases are counted on the own-feature logit, which continuous tokens do not have")]
-    if (blind := counter_blind(df)):
-        return [s.row(cid, UNSURE, group=rg, prediction=f"{rg}: {want} phases", measurement="—", reason=blind)
-                for rg, want in (("flat", 2), ("sharp", 3))]
     keep, note = phase_runs(df)
     reg = regimes(keep, choices.lstar)
     rows = []
     for rg, want in (("flat", 2), ("sharp", 3)):
-        n = keep.loc[reg == rg, "n_phases"].astype(float).to_numpy()
+        here = keep[reg == rg]
+        n = here["n_phases"].astype(float).to_numpy()
         band = SHARE_BAND
         pred = f"{rg}: {want} phases in a share of runs {band.text(choices.band)}"
         if not len(n):
-            rows.append(s.row(cid, UNSURE, group=rg, prediction=pred, measurement=note or "—",
+            rows.append(s.row(cid, UNSURE, eps=_eps(df), group=rg, prediction=pred, measurement=note or "—",
                               reason=f"no {rg} run whose window can show its phases"))
             continue
-        sh, lo, hi = share(n == want)
+        pw = counter_power(s, here)
+        sh, lo, hi = share(n == want, here["seed"].to_numpy())      # the seed is the unit of independence
         v, why = judge(lo, hi, band, choices, f"the share of runs with {want} phases")
+        if (weak := _weak({rg: pw})):
+            v, why = NOT_TESTABLE, weak
         counts = ", ".join(f"{int(k)}: {c}" for k, c in sorted(pd.Series(n).value_counts().items()))
-        rows.append(s.row(cid, v, group=rg, prediction=pred, value=sh, ci_lo=lo, ci_hi=hi, reason=why,
-                          measurement=join(f"{int((n == want).sum())} of {len(n)} runs show {want} phases ({sh:.0%}, "
-                                           f"exact binomial 95% interval [{fmt(lo)}, {fmt(hi)}]; phases: runs {counts})",
-                                           note)))
+        rows.append(s.row(cid, v, eps=_eps(df), group=rg, prediction=pred, value=sh, ci_lo=lo, ci_hi=hi, reason=why,
+                          measurement=join(f"{int((n == want).sum())} of {len(n)} runs ({here['seed'].nunique()} "
+                                           f"seeds) show {want} phases ({sh:.0%}, 95% interval [{fmt(lo)}, {fmt(hi)}] "
+                                           f"over the seeds; phases: runs {counts}); the counter's power "
+                                           f"{pct(getattr(pw, rg))} on Props. 2-4's predicted traces", note)))
     return rows
 
 
@@ -103,20 +110,21 @@ def transition_at_Lstar(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
         return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement="—", reason="the runs have no L* (continuous tokens)")]
     if not ((regimes(df, choices.lstar) == "flat").any() and (regimes(df, choices.lstar) == "sharp").any()):
         return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement="—", reason="the sweep does not cross L*")]
-    if (blind := counter_blind(df)):
-        return [s.row(cid, UNSURE, prediction=pred, measurement="—", reason=blind)]
     keep, note = phase_runs(df)
     reg = regimes(keep, choices.lstar)
-    order = lambda d: d.sort_values(["seed", "L"])["n_phases"].astype(float).to_numpy()      # noqa: E731
-    f, sh = order(keep[reg == "flat"]), order(keep[reg == "sharp"])
+    srt = lambda d: d.sort_values(["seed", "L"])      # noqa: E731
+    fr, sr = srt(keep[reg == "flat"]), srt(keep[reg == "sharp"])
+    f, sh = fr["n_phases"].astype(float).to_numpy(), sr["n_phases"].astype(float).to_numpy()
     if not (len(f) and len(sh)):
-        return [s.row(cid, UNSURE, prediction=pred, measurement=note or "—",
+        return [s.row(cid, UNSURE, eps=_eps(df), prediction=pred, measurement=note or "—",
                       reason="one regime has no run whose window can show its phases")]
     m = min(len(f), len(sh))
     one_more = sh[:m] - f[:m] == 1
-    frac, lo, hi = share(one_more)
+    frac, lo, hi = share(one_more, fr["seed"].to_numpy()[:m])     # a pair is as independent as its seed
     v, why = judge(lo, hi, band, choices, "the share of pairs one phase apart")
-    return [s.row(cid, v, prediction=pred, value=frac, ci_lo=lo, ci_hi=hi, reason=why,
+    if (weak := _weak({"flat": counter_power(s, fr), "sharp": counter_power(s, sr)})):
+        v, why = NOT_TESTABLE, weak
+    return [s.row(cid, v, eps=_eps(df), prediction=pred, value=frac, ci_lo=lo, ci_hi=hi, reason=why,
                   measurement=join(f"{int(one_more.sum())} of {m} flat/sharp run pairs one phase apart ({frac:.0%}, "
                                    f"exact binomial 95% interval [{fmt(lo)}, {fmt(hi)}]); mean phases {f.mean():.2f} "
                                    f"below L* ({len(f)} runs), {sh.mean():.2f} above ({len(sh)})", note))]
@@ -141,24 +149,25 @@ def phase_boundary(s: Setting, axis: str, choices: Choices = DEFAULT) -> list[di
         return []
     if (why := scale_identity(df)):
         return [s.row(cid, NOT_TESTABLE, group=group, prediction=pred, measurement="—", reason=why)]
-    if (blind := counter_blind(df)):
-        return [s.row(cid, UNSURE, group=group, prediction=pred, measurement="—", reason=blind)]
     keep, note = phase_runs(df)
+    reg = regimes(keep, choices.lstar)
+    if (weak := _weak({"flat": counter_power(s, keep[reg == "flat"]), "sharp": counter_power(s, keep[reg == "sharp"])})):
+        return [s.row(cid, NOT_TESTABLE, eps=_eps(df), group=group, prediction=pred, measurement=note or "—", reason=weak)]
     if not keep["n_phases"].notna().any():
-        return [s.row(cid, UNSURE, group=group, prediction=pred, measurement=note or "no phase count",
+        return [s.row(cid, UNSURE, eps=_eps(df), group=group, prediction=pred, measurement=note or "no phase count",
                       reason="no run of this setting has a phase count (see the measurement)")]
     vals, Ds, Ls = _seed_cube(keep, axis, "n_phases")
     one = np.ones((1, vals.shape[-1]))
     sl, bounds = _boundary_slopes(vals, Ds, Ls, one)
     sl, bounds = float(sl[0]), {D: b for D, b in zip(Ds, bounds[0]) if np.isfinite(b)}
     if not np.isfinite(sl):
-        return [s.row(cid, UNSURE, group=group, prediction=pred,
+        return [s.row(cid, UNSURE, eps=_eps(df), group=group, prediction=pred,
                       measurement=join(f"a boundary inside the L grid at {len(bounds)} value(s) of {name}", note),
                       reason=f"the phase count crosses 2.5 inside the L grid at fewer than two values of {name}")]
     lo, hi = stats.percentile_interval(_boundary_slopes(vals, Ds, Ls, _seed_counts(vals.shape[-1]))[0], vals.shape[-1])
     meas = join(f"boundary L by {name}: " + ", ".join(f"{D:g}: {bounds[D]:.3g}" for D in sorted(bounds))
                 + f"; slope {sl:.2f} [{fmt(lo)}, {fmt(hi)}] over {vals.shape[-1]} seeds", note)
     if (few := too_few_seeds(vals.shape[-1])):
-        return [s.row(cid, UNSURE, group=group, prediction=pred, value=sl, reason=few, measurement=meas)]
+        return [s.row(cid, UNSURE, eps=_eps(df), group=group, prediction=pred, value=sl, reason=few, measurement=meas)]
     v, why = judge(lo, hi, band, choices, "the slope")
-    return [s.row(cid, v, group=group, prediction=pred, value=sl, ci_lo=lo, ci_hi=hi, reason=why, measurement=meas)]
+    return [s.row(cid, v, eps=_eps(df), group=group, prediction=pred, value=sl, ci_lo=lo, ci_hi=hi, reason=why, measurement=meas)]

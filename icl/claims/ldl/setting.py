@@ -17,7 +17,7 @@ RESOLUTION = fits.RESOLUTION   # optimisation steps: a crossing sooner than this
 CONVERGED = 1e-2          # Prop. 1's precondition: train loss ≤ this × the uniform-attention loss (ε = 0.1)
 ATTN_TOL = 0.1            # 1 − Attn_own = O(ε) at ε = 0.1, unit constant
 GAIN_TOL = 0.1            # unseen functions: the share of the achievable gain within 0.1 of all of it
-MEAN_FIELD_SPREAD = 2.0   # mean field: the band's tolerance is this many seed-to-seed standard deviations of log loss
+MEAN_FIELD_SPREAD = 2.0   # mean field: the band's tolerance is this many standard errors of the seeds' median log ratio
 MEAN_FIELD_DECADES = 1.0  # mean field: the runs' loss must fall by at least this many decades in the window
 MEAN_FIELD_STEP = 1.0     # mean field applies where one step is at most this times the loss's curvature scale
 # an integer count is judged as the share of runs that show the predicted count: it holds when most runs
@@ -48,16 +48,22 @@ class Setting:
         per setting: every row of it names them."""
         return domain(self.runs, ATTN_TOL)
 
-    def row(self, cid: str, v: str, *, group: str = "", measurement: str = "", **kw) -> dict:
+    def row(self, cid: str, v: str, *, group: str = "", measurement: str = "", eps: float | None = None,
+            **kw) -> dict:
         """A verdict row of this setting: its label joined to the claim's own group, the runs
         left out counted in the measurement, the broken assumptions in `domain` (at the accuracy
         the claims read, ε = 0.1, unless the claim gives its own), and the claim id marked an
-        extension (`ldl.X.ext`) where the model is not LDL's (a kind without its mean-field limit)."""
+        extension (`ldl.X.ext`) where the model is not LDL's (a kind without its mean-field limit).
+        `eps`: the accuracy the row reads, where it is not ATTN_TOL (the time claims' thresholds)."""
         meas = "; ".join(p for p in (measurement, self.left_out) if p)
-        kw["domain"] = join(kw["domain"] if "domain" in kw else self.broken, self.domain_note)
+        own = domain(self.runs, eps) if eps is not None else self.broken
+        kw["domain"] = join(kw["domain"] if "domain" in kw else own, self.domain_note)
         if not self.runs.empty and not _of(self.runs, "mean_field"):
             cid += EXT
-        return verdict(cid, v, model=self.model, group=join(self.label, group), measurement=meas or "—", **kw)
+        r = verdict(cid, v, model=self.model, group=join(self.label, group), measurement=meas or "—", **kw)
+        if eps is not None:
+            r["_eps"] = float(eps)     # the accuracy the row reads, for its hypotheses (icl.claims.ldl.hypotheses)
+        return r
 
 
 L_CLAIMS = ("ldl.phases", "ldl.transition_at_Lstar", "ldl.time_vs_L", "ldl.phase_one")   # and phase_boundary

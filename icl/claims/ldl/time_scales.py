@@ -9,8 +9,7 @@ import pandas as pd
 from icl import fits
 from icl.claims import NOT_TESTABLE, UNSURE, fmt
 from icl.claims.judge import Band, Choices, DEFAULT, boot, join, judge, too_few_seeds
-from icl.claims.ldl.identities import (approx_identity, design_fixed, domain, gap_readings, regimes, scale_identity,
-                                      steps)
+from icl.claims.ldl.identities import approx_identity, design_fixed, gap_readings, regimes, scale_identity, steps
 from icl.claims.ldl.setting import RESOLUTION, Setting, TIME_COLS, _empty, _not_gd
 from icl.stats import MIN_SEEDS
 
@@ -46,7 +45,7 @@ def _both_readings(s, cid, group, pred_of, lo, hi, choices, what, value, measure
     if too_few:
         (_, tl), (_, ta) = pred_of("loss"), pred_of("attention")
         return s.row(cid, UNSURE, group=group, prediction=f"ε from the loss: {tl}; ε from attention: {ta}", value=value,
-                     reason=too_few, measurement=measurement, domain=domain(s.runs, domain_eps))
+                     reason=too_few, measurement=measurement, eps=domain_eps)
     out = {}
     for reading in ("loss", "attention"):
         band, text = pred_of(reading)
@@ -58,7 +57,7 @@ def _both_readings(s, cid, group, pred_of, lo, hi, choices, what, value, measure
         v, why = UNSURE, (f"the two readings of ε disagree: with ε² = the loss reached it reads '{vl}' (band "
                           f"{bl.text(choices.band)}), with 1 − Attn_own = εδ it reads '{va}' (band {ba.text(choices.band)})")
     return s.row(cid, v, group=group, prediction=f"ε from the loss: {tl}; ε from attention: {ta}", value=value,
-                 ci_lo=lo, ci_hi=hi, reason=why, measurement=measurement, domain=domain(s.runs, domain_eps))
+                 ci_lo=lo, ci_hi=hi, reason=why, measurement=measurement, eps=domain_eps)
 
 
 def _time_ready(s: Setting, cid: str) -> list[dict] | None:

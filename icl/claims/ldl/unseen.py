@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from icl.claims import FAILS, NOT_TESTABLE, fmt
-from icl.claims.judge import Band, Choices, DEFAULT, boot_median, join, judge, share
+from icl.claims.judge import Band, Choices, DEFAULT, join, judge, median_by_seed, share
 from icl.claims.ldl.setting import CONVERGED, GAIN_TOL, Setting, _empty, converged, learning
 
 
@@ -56,11 +56,12 @@ def unseen_functions(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     learned = replace(learned, note=join(pre, learned.note))
     uni, orc = df["uniform_test_loss"].astype(float), orc.reindex(df.index)
     fin = df["final_query_test_loss" if "final_query_test_loss" in df else "final_test_loss"].astype(float)
-    share = ((uni - fin) / (uni - orc)).dropna().to_numpy()
+    gain = ((uni - fin) / (uni - orc)).dropna()
+    share, seeds = gain.to_numpy(), df.loc[gain.index, "seed"].to_numpy()
     if not len(share):
         return [_empty(s, cid, "no run has a final test loss", pred)]
     med = float(np.median(share))
-    lo, hi = boot_median(share)
+    lo, hi = median_by_seed(share, seeds)          # the seed, not the run, is the unit of independence
     v, why = judge(lo, hi, band, choices, "the median share")
     ratio = (fin / uni).dropna()
     if v == FAILS:
