@@ -144,7 +144,9 @@ def clustered_share_interval(hits, clusters, alpha: float = 0.05) -> tuple[float
     """(ρ, lo, hi): the exact binomial interval of a share of runs that come in clusters (the
     runs of one seed share its draws), over the effective number of independent runs N/deff,
     deff = 1 + (m̄ − 1)ρ (Kish's design effect, m̄ the mean cluster size), ρ the one-way ANOVA
-    estimate of the intra-cluster correlation clipped to [0, 1]. Where the runs show no variation
+    estimate of the intra-cluster correlation clipped to [0, 1] and moved toward 1 by (1 − ρ)/G for
+    G clusters (the estimate is biased low with few: at 6 seeds uncorrected it covers 92%, corrected
+    ≥ 95%, tests/test_hypotheses.py's Monte Carlo). Where the runs show no variation
     from which to estimate it (all alike) ρ is taken as 1: each cluster counts once. The share's
     count over the effective runs is rounded down for the lower end and up for the upper, so the
     interval is never narrower than the exact one at the effective size."""
@@ -164,6 +166,7 @@ def clustered_share_interval(hits, clusters, alpha: float = 0.05) -> tuple[float
         msw = float((m * p_i * (1 - p_i)).sum() / (n - G))
         den = msb + (n0 - 1) * msw
         rho = 1.0 if den <= 0 else float(np.clip((msb - msw) / den, 0.0, 1.0))
+        rho += (1.0 - rho) / G        # the ANOVA estimate is biased low with few clusters (tests: coverage)
     n_eff = max(1, int(math.floor(n / (1 + (n / G - 1) * rho) + 1e-9)))
     lo, _ = clopper_pearson(int(math.floor(p * n_eff + 1e-9)), n_eff, alpha)
     _, hi = clopper_pearson(int(math.ceil(p * n_eff - 1e-9)), n_eff, alpha)

@@ -17,7 +17,7 @@ def attention_to_one(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """Prop. 1: once the loss has converged to O(ε²), 1 − Attn_own = O(ε). Judged on the runs
     that learned (icl.claims.learned; a setting with none reads not testable) and met the
     precondition (final loss ≤ 10⁻² of uniform attention's, ε = 0.1): the median final own
-    attention, bootstrapped over runs, against [1 − ε, 1]."""
+    attention, bootstrapped over whole seeds (a seed's runs share its draws), against [1 − ε, 1]."""
     cid = "ldl.attention_to_one"
     band = Band(1.0, 1.0, ATTN_TOL, floor=0.0, ceil=1.0)
     pred = f"final Attn_own of converged runs in {band.text(choices.band)} (1 − Attn = O(ε), ε = 0.1)"
@@ -195,7 +195,9 @@ def own_logit_monotone(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """Lemma 2: g_k ≥ 0, so under GD the own logit q_k never decreases. From every epoch's
     q_features: the share of runs none of whose own logits ever fell, in one epoch, by more than
     0.1% of its rise over training (float rounding), with its exact binomial (Clopper–Pearson)
-    interval, against [0.9, 1] (so it holds only on ≥ 36 runs, all monotone)."""
+    interval over the seeds, against [0.9, 1] (so it holds only on ≥ 36 seeds, all monotone). On
+    noise-free tokens at orthogonal features an identity fixes it (each prompt's gradient on q_k is
+    −r²·A_k ≤ 0): not testable there, the share reported as an observation."""
     cid = "ldl.own_logit_monotone"
     band = Band(1.0, 1.0, 0.1, floor=0.0, ceil=1.0)
     pred = f"the share of runs whose own logits never fall in {band.text(choices.band)}"

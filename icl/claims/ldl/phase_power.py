@@ -110,10 +110,14 @@ def power(runs: pd.DataFrame, memo: dict | None = None) -> Power:
     flat, sharp, eps_all, noise_all, missing = [], [], [], [], 0
     for r in runs.itertuples(index=False):
         t1, noise = float(getattr(r, "t_phase_one", math.nan)), float(getattr(r, "phase_noise", math.nan))
+        epochs = float(getattr(r, "epochs", math.nan))
+        if not np.isfinite(epochs):
+            noise = math.nan                       # no window to build the trace over: counted as missing
         key = ("run_power", r.run_id, int(r.K), int(r.N), round(t1, 9) if np.isfinite(t1) else None,
-               round(noise, 12) if np.isfinite(noise) else None, int(r.epochs))
+               round(noise, 12) if np.isfinite(noise) else None, int(epochs) if np.isfinite(epochs) else None)
         if key not in memo:
-            memo[key] = run_power(int(r.K), int(r.N), t1, noise, int(r.epochs), seed=zlib_seed(str(r.run_id)))
+            memo[key] = run_power(int(r.K), int(r.N), t1, noise, int(epochs) if np.isfinite(epochs) else 0,
+                                  seed=zlib_seed(str(r.run_id)))
         got = memo[key]
         if got is None:
             missing += 1

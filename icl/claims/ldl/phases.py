@@ -58,8 +58,10 @@ def phases_claim(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """Two phases in the flat regime, three in the sharp (Props. 2-4): per regime the share of
     runs whose own logit shows the predicted number of phases (icl.phases: the fewest stretches
     that each follow one law of growth, counted on every epoch), with its exact binomial
-    (Clopper–Pearson) interval, against [½, 1]: it holds when the predicted count is what most
-    runs show, and does not hold when most runs show another."""
+    (Clopper–Pearson) interval over the seeds, against [½, 1]: it holds when the predicted count is
+    what most runs show, and does not hold when most runs show another. Decided only where the
+    counter's power, measured on the traces Props. 2-4 predict for these runs (phase_power), is at
+    least 80%; below it the row reads not testable and gives the power."""
     cid = "ldl.phases"
     df = s.runs
     if (why := scale_identity(df)):
@@ -98,8 +100,9 @@ def transition_at_Lstar(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """One phase more above L* than below (3 − 2): flat and sharp runs are paired (each sorted by
     seed and L, the i-th flat run with the i-th sharp one, so no run is used twice) and the share
     of pairs whose sharp run counts exactly one phase more, with its exact binomial
-    (Clopper–Pearson) interval, is judged against [½, 1]. Where Δ or N is swept, the rows
-    `boundary against Δ / N` (phase_boundary) fit where the count crosses 2.5."""
+    (Clopper–Pearson) interval over the flat runs' seeds, is judged against [½, 1], where the
+    counter's measured power is at least 80% in both regimes (else not testable). Where Δ or N is
+    swept, the rows `boundary against Δ / N` (phase_boundary) fit where the count crosses 2.5."""
     cid = "ldl.transition_at_Lstar"
     band = SHARE_BAND
     pred = f"sharp run one phase more than flat (3 − 2) in a share of flat/sharp run pairs {band.text(choices.band)}"
@@ -126,7 +129,7 @@ def transition_at_Lstar(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
         v, why = NOT_TESTABLE, weak
     return [s.row(cid, v, eps=_eps(df), prediction=pred, value=frac, ci_lo=lo, ci_hi=hi, reason=why,
                   measurement=join(f"{int(one_more.sum())} of {m} flat/sharp run pairs one phase apart ({frac:.0%}, "
-                                   f"exact binomial 95% interval [{fmt(lo)}, {fmt(hi)}]); mean phases {f.mean():.2f} "
+                                   f"95% interval [{fmt(lo)}, {fmt(hi)}] over the seeds); mean phases {f.mean():.2f} "
                                    f"below L* ({len(f)} runs), {sh.mean():.2f} above ({len(sh)})", note))]
 
 

@@ -20,7 +20,7 @@ def unseen_functions(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     what needs no training on the same test prompts: the share of the achievable gain,
     (uniform − final)/(uniform − oracle), uniform attention (the mean of the context labels) against
     the feature oracle (the mean label of the context tokens sharing the query's feature). The
-    median over runs, bootstrapped, must be ≥ 0.9. Continuous tokens have no feature oracle and 0
+    median over runs, bootstrapped over whole seeds (a seed's runs share its draws), must be ≥ 0.9. Continuous tokens have no feature oracle and 0
     is out of reach of a model that averages context labels: not testable there."""
     cid = "ldl.unseen_functions"
     band = Band(1.0, math.inf, GAIN_TOL)
