@@ -209,6 +209,8 @@ def settings(runs: pd.DataFrame, axis=("L", "seed")) -> list[str]:
             continue
         if col == "lr" and "lr_rule" in runs and runs["lr_rule"].astype(str).eq("clock").all():
             continue                                    # the step the clock sets (icl.plan.with_step); lr_ref names it
+        if col == "lr" and _tied(runs, "lr", axis):
+            continue                                    # one step per value of another setting (a zip): named by it
         values = runs[col].astype(str)
         if values.nunique() < 2:
             continue
@@ -217,6 +219,19 @@ def settings(runs: pd.DataFrame, axis=("L", "seed")) -> list[str]:
             continue                                    # moves with L: part of the L axis
         out.append(col)
     return out
+
+
+def _tied(runs: pd.DataFrame, col: str, axis) -> bool:
+    """`col` takes one value per value of another swept setting (zipped with it, e.g. one learning
+    rate per Δ): that setting names the group, and `col` would only repeat it."""
+    v = runs[col].astype(str)
+    for other in runs.columns:
+        if other in (col, "model", "run_id") or other in axis or other in IDENTITY or runs[other].isna().all():
+            continue
+        o = runs[other].astype(str)
+        if o.nunique() == v.nunique() > 1 and (v.groupby(o).nunique() == 1).all():
+            return True
+    return False
 
 
 def label(rec: dict, cols: list[str]) -> str:
