@@ -417,3 +417,18 @@ def test_a_store_of_flows_integrates_only_the_flows_it_lacks(tmp_path, monkeypat
     third = table.flow_curves(later, store)
     assert seen == [3, 2, 2, 4] and set(table.read_flows(store)) == {table.flow_key(f) for f in later.values()}
     np.testing.assert_array_equal(third[0][0], fresh[0][0])
+
+
+def test_the_step_against_the_curvature_is_the_same_by_power_iteration():
+    """Above K = 16 the Jacobian (K⁴ entries) is not built: power iteration on Jacobian-vector products
+    gives the same spectral radius as the eigenvalues of the built Jacobian, at K = 4 and 8."""
+    for K in (4, 8):
+        V = 3 / np.sqrt(2) * np.eye(15)[:K]
+        p, C = np.full(K, 1 / K), ldl.cosine_label_cov(V, 1.0, 1.0)
+        exact = ldl.mean_field_step(V, p, C, 5.0, 200)
+        old, ldl.EXACT_JACOBIAN = ldl.EXACT_JACOBIAN, 0
+        try:
+            power = ldl.mean_field_step(V, p, C, 5.0, 200)
+        finally:
+            ldl.EXACT_JACOBIAN = old
+        assert power == pytest.approx(exact, rel=1e-6)

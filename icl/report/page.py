@@ -430,7 +430,7 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
     verdicts = tabs["verdicts"]
     figure_lists = [s[k] for s in sections for k in ("figures", "maps", "theory_figures")] + ([zfb["figures"]] if zfb else [])
     draw_all([f for figs in figure_lists for f in figs], processes)
-    report_layout([f for figs in figure_lists for f in figs])
+    layout = report_layout([f for figs in figure_lists for f in figs])
     for figs in figure_lists:       # those whose figure function found nothing to draw go
         figs[:] = [f for f in figs if f]
     summ = runs_table(runs, tabs["summary"])
@@ -462,7 +462,7 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
         config=yaml.safe_dump({experiment: exp}, sort_keys=False), versions=versions,
         report_version=f"{code_version()} (source {code_hash()})", stale=stale, packages=package_versions(),
         timing=tim.to_html(index=False, float_format=lambda v: f"{v:.2f}", classes="tbl") if len(tim) else "",
-        timing_line=summary_line(tim),
+        timing_line=summary_line(tim), layout=layout,
         generated=dt.datetime.now().isoformat(timespec="seconds"))
     thumb = key_figure(sections, zfb, head["models"])
     with atomic_path(os.path.join(results_dir, "thumbnail.png")) as tmp, open(tmp, "wb") as fh:

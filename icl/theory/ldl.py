@@ -131,20 +131,47 @@ def mean_field_step(V: np.ndarray, p: np.ndarray, C: np.ndarray, eta: float, epo
     radius, along the mean-field path, of the Jacobian of the step S ↦ −η G ∇L(S) G (for
     orthogonal features η‖v‖⁴λ_max of ∇²L). Below 1 each step moves well inside the curvature
     scale and GD follows the dynamics Lemma 2 describes; at 2 GD on the population loss turns
-    unstable. Central differences in each of the K² scores."""
+    unstable. Central differences in each of the K² scores; above EXACT_JACOBIAN of them (K = 16) the
+    K⁴ Jacobian is not built: its spectral radius is found by power iteration on Jacobian-vector
+    products (J = −η G ∇²L G has real eigenvalues, G ⪰ 0), two gradients a product."""
     G, D = V @ V.T, diff_cov(C)
     path = mean_field_path(V, p, C, eta, epochs)
     K, h, worst = len(p), 1e-5, 0.0
+
+    def jvp(S, e):                 # J·e by central differences along e
+        up = population_loss_and_grad(S + h * e.reshape(K, K), p, D)[1]
+        dn = population_loss_and_grad(S - h * e.reshape(K, K), p, D)[1]
+        return (-eta * G @ ((up - dn) / (2 * h)) @ G).ravel()
+
     for S in (path[i] for i in np.unique(np.linspace(0, epochs, points).astype(int))):
-        J = np.empty((K * K, K * K))
-        for i in range(K * K):
-            e = np.zeros(K * K)
-            e[i] = h
-            up = population_loss_and_grad(S + e.reshape(K, K), p, D)[1]
-            dn = population_loss_and_grad(S - e.reshape(K, K), p, D)[1]
-            J[:, i] = (-eta * G @ ((up - dn) / (2 * h)) @ G).ravel()
-        worst = max(worst, float(np.abs(np.linalg.eigvals(J)).max()))
+        if K * K <= EXACT_JACOBIAN:
+            J = np.stack([jvp(S, np.eye(K * K)[i]) for i in range(K * K)], axis=1)
+            worst = max(worst, float(np.abs(np.linalg.eigvals(J)).max()))
+        else:
+            worst = max(worst, _power_radius(lambda e, S=S: jvp(S, e), K * K))
     return worst
+
+
+EXACT_JACOBIAN = 256      # scores up to which mean_field_step builds the Jacobian and takes its eigenvalues
+
+
+def _power_radius(matvec, n: int, iters: int = 300, tol: float = 1e-7) -> float:
+    """The largest |eigenvalue| of a linear map with real eigenvalues, by power iteration from a
+    fixed start (two steps a round, so that ±λ of one modulus do not stall it)."""
+    v = np.random.default_rng(0).standard_normal(n)
+    v /= np.linalg.norm(v)
+    lam = 0.0
+    for _ in range(iters):
+        w = matvec(matvec(v))
+        nrm = float(np.linalg.norm(w))
+        if nrm == 0.0:
+            return 0.0
+        new = math.sqrt(nrm)
+        v = w / nrm
+        if abs(new - lam) <= tol * max(new, 1e-300):
+            return new
+        lam = new
+    return lam
 
 
 # ----------------------------------------------------------------------------- the collapse clock as a step size

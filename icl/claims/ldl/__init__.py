@@ -31,6 +31,7 @@ from icl.claims import CLAIMS, NOT_TESTABLE, base_id
 from icl.claims.judge import by_setting, exclude, join, robust, settings
 from icl.claims.ldl.attention import attention_to_one, offdiag_logits, own_logit_monotone
 from icl.claims.ldl.flow import with_flow
+from icl.claims.ldl.flow_domain import flow_beta
 from icl.claims.ldl.hypotheses import charge
 from icl.claims.ldl.identities import design_fixed, domain, regimes, scale_identity  # noqa: F401  (analysis, tests)
 from icl.claims.ldl.mean_field_flow import mean_field
@@ -66,6 +67,7 @@ def verdicts(tabs: dict, model: str) -> list[dict]:
     rows = []
     for lab, g in by_setting(df, cols):
         s = setting(lab, g)
+        rows += robust(flow_beta, setting(lab, g, left_out=False), uses=("band",))   # the flow: whatever the runs did
         if s.runs.empty:                  # every claim of the setting reads not testable, the runs counted
             rows += [s.row(cid, NOT_TESTABLE, prediction="—", measurement="no run to judge",
                            reason=f"every run of this setting was left out ({s.left_out})")

@@ -104,7 +104,7 @@ def charge(rows: list[dict], runs: pd.DataFrame, split=None) -> list[dict]:
     runs = runs.assign(regime=split) if split is not None else runs
     for r in rows:
         cid = base_id(r["claim_id"])
-        if cid not in STATEMENTS or r.get("scope", "setting") != "setting":
+        if cid not in STATEMENTS or r.get("scope", "setting") != "setting" or r.get("_flow"):
             continue
         eps = None if cid in NO_EPS else r.get("_eps", ATTN_TOL)
         hyps = hypotheses(_regime_runs(r, runs), eps)
