@@ -21,7 +21,7 @@ PROGRAMS = ("make ", "bash ", "sudo ", "docker ", "apptainer ", "rsync ", "pytho
             "squeue ", "sacct ", "sbatch ", "tail ", "ls ")
 # commands shown that a test cannot run as written: (how the command starts, why, and what covers it)
 NOT_RUN = {
-    "make run": "the ten default experiments, ~10 minutes; tests/test_workflow.py runs the same Snakefile",
+    "make run": "the eleven default experiments, ~10 minutes; tests/test_workflow.py runs the same Snakefile",
     "TORCH_SPEC=": "make run with another torch, from a package index",
     "make test": "the test suite itself",
     "make check": "the test suite itself, -m slow included",
