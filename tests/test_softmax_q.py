@@ -118,3 +118,26 @@ def test_count_form_where_the_weights_underflow(dtype):
     torch.testing.assert_close(pc, pt, **tol)
     mass_t = torch.zeros_like(ac).scatter_add_(2, bt["feat"][:, :, :-1], at)
     torch.testing.assert_close(ac, mass_t, **tol)
+
+
+@pytest.mark.parametrize("scale", [600.0, 0.5])
+def test_the_accelerators_path_selects_on_the_device_and_agrees_with_the_cpus(scale, monkeypatch):
+    """On an accelerator softmax_q's count form never asks the host whether a prompt's weights
+    underflowed (a `bool(tensor)` per step waits for the device): it takes the log-space weights for
+    the prompts that need them with torch.where. Run here on the CPU by saying the device may not be
+    asked: where no prompt underflows (scale 0.5) it is bit for bit the CPU's path; where some do
+    (scale 600) it agrees with it to float64 rounding, and with the token form."""
+    from icl.models import softmax_q as M
+    tokens, x, y, feat, V = _discrete("orthogonal", None, seed=2, N=3, P=200)
+    g = torch.Generator().manual_seed(5)
+    params = {"Q": scale * torch.randn(1, 5, 5, generator=g, dtype=torch.float64)}
+    model = SoftmaxQ({}, tokens)
+    b = model.prepare({"x": x, "y": y, "feat": feat, "features": V}.__getitem__)
+    cpu = model.step(params, b)
+    monkeypatch.setattr(M, "host_checks", lambda device: False)
+    dev = model.step(params, b)
+    for a, c in zip((cpu[0], cpu[1]["Q"], cpu[2]), (dev[0], dev[1]["Q"], dev[2])):
+        if scale < 1:
+            assert torch.equal(a, c)
+        else:
+            torch.testing.assert_close(a, c, rtol=1e-12, atol=1e-300)

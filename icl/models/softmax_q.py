@@ -125,17 +125,22 @@ class SoftmaxQ(Model):
         exp(s_jk + log n_k) = n_k exp(s_jk): the exponentials are taken of the K x K scores (shifted
         by each row's largest) and a prompt's weights are its counts times its query's row, no
         exponential per prompt. Where a prompt's weights all underflow (its features' scores far
-        below an absent feature's) the weights are taken in log space, shifted per prompt."""
+        below an absent feature's) the weights are taken in log space, shifted per prompt: on the CPU
+        for every prompt once any needs it (a check there costs nothing); elsewhere for the prompts
+        that need it, selected on the device (torch.where), so a step never waits for the host."""
         f = self._feature_major(b)
         V = b["features"]
         s = torch.einsum("rkd,rde,rje->rjk", V, params["Q"], V)      # [r, query j, key k] = v_k^T Q v_j
         st = s.transpose(1, 2)
         e = torch.bmm(torch.exp(st - st.amax(1, keepdim=True)), f["query"]) * f["n"]     # [r, k, b]
         total = e.sum(1, keepdim=True)
-        if bool((total < TINY).any()):
-            z = torch.bmm(st, f["query"]) + f["log_n"]
-            e = torch.exp(z - z.amax(1, keepdim=True))
-            total = e.sum(1, keepdim=True)
+        under = total < TINY
+        if host_checks(e.device):
+            if bool(under.any()):
+                e, total = _log_space(st, f)
+        else:
+            le, ltotal = _log_space(st, f)
+            e, total = torch.where(under, le, e), torch.where(under, ltotal, total)
         return e / total, f
 
     def predict(self, params, batch: Batch):
@@ -178,3 +183,16 @@ class SoftmaxQ(Model):
         """q_features[i, j] = v_j^T Q v_i (LDL §5.1: q_{k,k'} = v_k'^T Q v_k), (R, K, K)."""
         V = batch["features"]
         return torch.einsum("rjd,rde,rie->rij", V, params["Q"], V)
+
+
+def host_checks(device: torch.device) -> bool:
+    """Whether a step may ask the host a question (a `bool(tensor)`): on the CPU it costs nothing; on
+    an accelerator it waits for the device every step, so the model selects on the device instead."""
+    return device.type == "cpu"
+
+
+def _log_space(st: torch.Tensor, f: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """_feature_mass's weights in log space, each prompt shifted by its own largest: (weights, total)."""
+    z = torch.bmm(st, f["query"]) + f["log_n"]
+    e = torch.exp(z - z.amax(1, keepdim=True))
+    return e, e.sum(1, keepdim=True)
