@@ -254,3 +254,16 @@ def test_a_failing_claim_says_whom_its_rows_are_against():
     assert "does not hold for m in all 3 testable settings (every N (3)) (against: theorem in 2, " \
            "against: dynamics in 1): the median β's" in out[0], out[0]
     assert hl.against_text(v.drop(columns="against")) == ""
+
+
+def test_a_headline_sentence_is_never_cut_mid_phrase():
+    """Issue 50: the headline quotes a reason in whole clauses; what does not fit is left to the
+    verdict table, never cut at a word with an ellipsis."""
+    from icl.report.headline import _first_sentence
+    reason = ("the 3-phase share's interval [0, 0.459] lies outside the band [0.5, 1]; the theorem's "
+              "statement disagrees with its own mean-field dynamics, which the runs follow: Lemma 2's flow at the "
+              "runs' own step reads 0, measured the same way, within 5% of the runs' interval [0, 0.459]")
+    got = _first_sentence(reason)
+    assert got == "the 3-phase share's interval [0, 0.459] lies outside the band [0.5, 1]"
+    assert "…" not in got and _first_sentence(reason, 1000) == reason
+    assert _first_sentence("x" * 300) == "x" * 300          # one clause longer than the limit: whole

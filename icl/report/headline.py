@@ -166,9 +166,20 @@ def _pattern(reason: str) -> str:
 
 
 def _first_sentence(text: str, limit: int = 260) -> str:
+    """The first sentence of a reason, in whole clauses ('; '-separated) up to `limit` characters:
+    never cut mid-phrase (a first clause longer than that is kept whole; the rest of the reason is in
+    the verdict table)."""
     text = (text or "").strip()
     cut = re.split(r"(?<=[.!?])\s+(?=[A-Z])", text, maxsplit=1)[0]
-    return cut if len(cut) <= limit else cut[:limit].rsplit(" ", 1)[0] + " …"
+    if len(cut) <= limit:
+        return cut
+    clauses = cut.split("; ")
+    out = clauses[0]
+    for c in clauses[1:]:
+        if len(out) + 2 + len(c) > limit:
+            break
+        out += "; " + c
+    return out
 
 
 def _where(bad: pd.DataFrame, every: list[str]) -> str:

@@ -84,7 +84,7 @@ def phases_claim(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
             continue
         pw = counter_power(s, here)
         sh, lo, hi = share(n == want, here["seed"].to_numpy())      # the seed is the unit of independence
-        v, why = judge(lo, hi, band, choices, f"the share of runs with {want} phases")
+        v, why = judge(lo, hi, band, choices, f"the {want}-phase share")
         if (weak := _weak({rg: pw})):
             v, why = NOT_TESTABLE, weak
         counts = ", ".join(f"{int(k)}: {c}" for k, c in sorted(pd.Series(n).value_counts().items()))
@@ -124,7 +124,7 @@ def transition_at_Lstar(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     m = min(len(f), len(sh))
     one_more = sh[:m] - f[:m] == 1
     frac, lo, hi = share(one_more, fr["seed"].to_numpy()[:m])     # a pair is as independent as its seed
-    v, why = judge(lo, hi, band, choices, "the share of pairs one phase apart")
+    v, why = judge(lo, hi, band, choices, "the one-phase-apart share")
     if (weak := _weak({"flat": counter_power(s, fr), "sharp": counter_power(s, sr)})):
         v, why = NOT_TESTABLE, weak
     return [s.row(cid, v, eps=_eps(df), prediction=pred, value=frac, ci_lo=lo, ci_hi=hi, reason=why,
