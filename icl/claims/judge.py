@@ -180,14 +180,6 @@ def share(hits, clusters=None) -> tuple[float, float, float]:
     return float(x.mean()), lo, hi
 
 
-def independent(n_runs: int, seeds) -> str:
-    """'18 runs of 6 seeds (the seed is the unit of independence: the interval counts the runs as
-    clustered by seed)' where runs share seeds, '' where each run has its own."""
-    k = len(set(np.asarray(seeds).tolist()))
-    return "" if k >= n_runs else (f"{n_runs} runs of {k} seed{'s' if k != 1 else ''}: the interval counts them "
-                                   f"clustered by seed, the unit of independence")
-
-
 def too_few_seeds(n_seeds: int) -> str:
     """Why a statistic over n_seeds seeds is not judged ('3 seeds: an interval over seeds needs at
     least 5'), or '' where there are enough: with fewer than MIN_SEEDS a bootstrap over seeds is
