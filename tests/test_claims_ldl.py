@@ -16,7 +16,7 @@ from icl.claims.judge import Choices, robust
 from icl.theory import ldl
 
 K, N, D = 4, 100, 3.0
-REAL_POWER = C.phases.counter_power              # the counter's power measured on Props. 2-4's predicted traces
+REAL_POWER = C.phases.power              # the counter's power measured on Props. 2-4's predicted traces
 
 
 @pytest.fixture(autouse=True)
@@ -24,8 +24,8 @@ def counter_with_power(monkeypatch):
     """The phase claims' own logic is tested on a counter with full power in both regimes; the power's
     own measurement, and the rows it makes not testable, are tested with the real one (REAL_POWER,
     test_a_count_decides_only_where_the_counter_has_the_power_to)."""
-    full = lambda s, keep: C.phase_power.Power(1.0, 1.0, len(keep), 0.25, 0.01, "")      # noqa: E731
-    monkeypatch.setattr(C.phases, "counter_power", full)
+    full = lambda keep: C.phase_power.Power(1.0, 1.0, len(keep), 0.25, 0.01, "")      # noqa: E731
+    monkeypatch.setattr(C.phases, "power", full)
 LSTAR = ldl.L_star(K, N, D)                     # 0.373
 SHAPE_LS = (0.1, 0.2, 0.3, 0.5, 1.0, 2.0)
 FIVE = (0, 1, 2, 3, 4)                          # a statistic over seeds is judged on at least five
@@ -769,7 +769,7 @@ def test_a_count_decides_only_where_the_counter_has_the_power_to(monkeypatch):
     rows read not testable with the power, though the runs' counts are exactly the predicted ones. At
     N = 1600 (δ = 0.22) it resolves both regimes at the runs' noise, and the same counts are judged;
     at five times the noise it misses Phase III and the sharp row reads not testable again."""
-    monkeypatch.setattr(C.phases, "counter_power", REAL_POWER)
+    monkeypatch.setattr(C.phases, "power", REAL_POWER)
     g = np.random.default_rng(7)
     df = runs(seeds=FIVE).assign(epochs=400, phase_noise=0.01)
     df["t_phase_one"] = 20.0 * np.exp(0.1 * g.standard_normal(len(df)))

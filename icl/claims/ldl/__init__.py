@@ -33,7 +33,7 @@ from icl.claims.ldl.attention import attention_to_one, offdiag_logits, own_logit
 from icl.claims.ldl.flow import with_flow
 from icl.claims.ldl.flow_domain import flow_beta
 from icl.claims.ldl.hypotheses import charge
-from icl.claims.ldl.identities import design_fixed, domain, regimes, scale_identity  # noqa: F401  (analysis, tests)
+from icl.claims.ldl.identities import domain, on_clock, regime_of, regimes, scale_identity  # noqa: F401  (tests)
 from icl.claims.ldl.mean_field_flow import mean_field
 from icl.claims.ldl.phases import phase_boundary, phases_claim, transition_at_Lstar
 from icl.claims.ldl.setting import L_CLAIMS, Setting, inside_eq4
@@ -125,7 +125,7 @@ def clock_once(rows: list[dict], df, cols: list[str], tc) -> list[dict]:
     run's step is set so its collapse clock runs at one speed, and where that makes the balanced flows
     of two settings (other Δ, N, …) the same curves in epochs, their rows of a dynamics claim measure
     one thing: the later reads not testable, pointing at the first (the runs' own numbers kept)."""
-    if tc is None or tc.empty or not design_fixed(df, "x"):
+    if tc is None or tc.empty or not on_clock(df):
         return rows
     reg = regimes(df)
     groups = dict(by_setting(df, cols))
@@ -147,7 +147,7 @@ def clock_once(rows: list[dict], df, cols: list[str], tc) -> list[dict]:
             out.append(r)
             continue
         rest = r["group"][len(lab):].lstrip("; ") if lab else r["group"]
-        rg = next((x for x in ("flat", "sharp") if rest.split(",")[0].strip() == x), "")
+        rg = regime_of(rest)
         L = float(rest[2:].split(";")[0]) if rest.startswith("L=") else None
         f = fp(lab, rg, L)
         if not f:

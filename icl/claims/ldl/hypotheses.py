@@ -21,7 +21,7 @@ import pandas as pd
 from icl.claims import NOT_TESTABLE, base_id, fmt
 from icl.claims.judge import join
 from icl.claims.ldl.flow import AGREE, agrees
-from icl.claims.ldl.identities import probs
+from icl.claims.ldl.identities import probs, regime_of
 from icl.claims.ldl.setting import ATTN_TOL
 from icl.theory import ldl
 
@@ -87,11 +87,8 @@ def _failing(hyps: list[Hypothesis]) -> str:
 
 def _regime_runs(r: dict, runs: pd.DataFrame) -> pd.DataFrame:
     """The runs a row read, as far as its group names them: a regime's (flat/sharp) where it names one."""
-    parts = [p.split(",")[0].strip() for p in r["group"].split("; ")]
-    for rg in ("flat", "sharp"):
-        if rg in parts and "regime" in runs:
-            return runs[runs["regime"] == rg]
-    return runs
+    rg = regime_of(r["group"])
+    return runs[runs["regime"] == rg] if rg and "regime" in runs else runs
 
 
 def charge(rows: list[dict], runs: pd.DataFrame, split=None) -> list[dict]:

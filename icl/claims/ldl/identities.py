@@ -40,6 +40,17 @@ def scale_identity(df: pd.DataFrame) -> str | None:
             f"the loss at L = 1: {how}; the identity decides this claim, not the data")
 
 
+def on_clock(df: pd.DataFrame) -> bool:
+    """Every run's step follows the collapse clock (lr_rule: clock, icl.plan.with_step)."""
+    return not df.empty and "lr_rule" in df and bool(df["lr_rule"].astype(str).eq("clock").all())
+
+
+def regime_of(group: str) -> str:
+    """The regime a verdict row's group names ('lr=5; flat, relative 1e-2' → 'flat'), or ''."""
+    heads = {p.split(",")[0].strip() for p in group.split("; ")}
+    return next((rg for rg in ("flat", "sharp") if rg in heads), "")
+
+
 def design_fixed(df: pd.DataFrame, what: str) -> str | None:
     """Why the experiment's own rule fixes a time-against-L statistic (`what`: its name in the
     reason), or None. With `lr_rule: clock` every run's GD step is set so that its collapse clock
@@ -47,7 +58,7 @@ def design_fixed(df: pd.DataFrame, what: str) -> str | None:
     mean-field curves of every L coincide (icl.theory.ldl.collapse_rate): a time in epochs is then
     the same at every L by construction, and in η·t it is ∝ η, the rule's own 1/gap². Nothing the
     design fixes is evidence (DESIGN.md, "How a claim becomes a verdict")."""
-    if df.empty or "lr_rule" not in df or not df["lr_rule"].astype(str).eq("clock").all():
+    if not on_clock(df):
         return None
     return (f"the experiment's own rule fixes {what}: lr_rule: clock sets each run's step so that its collapse clock "
             f"η‖v‖⁴E[(f(v_k) − f(v_k'))²] runs at one speed, and on that clock the mean-field dynamics of every L "

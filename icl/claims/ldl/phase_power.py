@@ -80,11 +80,11 @@ def _counts(z: np.ndarray, t: np.ndarray, noise: float, want: int, rng) -> float
     return hits / draws
 
 
-def run_power(K: int, N: int, t1: float, noise: float, epochs: int, seed: int = 0) -> tuple[float, float] | None:
+def run_power(K: int, N: int, t1: float, noise: float, epochs: float, seed: int = 0) -> tuple[float, float] | None:
     """(the share of the 2-phase trace's noisy copies counted 2, of the 3-phase trace's counted 3) for
     one run: its K, N, measured end of Phase I (epochs), trace noise and epochs; None where the run
-    has no end of Phase I or noise to build its trace from."""
-    if not (np.isfinite(t1) and t1 > 0 and np.isfinite(noise) and K >= 2):
+    has no end of Phase I, noise or epochs to build its trace from."""
+    if not (np.isfinite(t1) and t1 > 0 and np.isfinite(noise) and np.isfinite(epochs) and K >= 2):
         return None
     delta, eps = delta_conc(K, N), 1.0 / K
     unit = _time_unit(t1, K, delta)
@@ -107,33 +107,29 @@ def power(runs: pd.DataFrame, memo: dict | None = None) -> Power:
     `memo` keeps each run's (run_power, a pure function of its key) across calls: the process's own
     by default, since robust() and the flow's column ask for the same runs several times."""
     memo = _MEMO if memo is None else memo
-    flat, sharp, eps_all, noise_all, missing = [], [], [], [], 0
+    flat, sharp, Ks, noise_all, missing = [], [], [], [], 0
     for r in runs.itertuples(index=False):
         t1, noise = float(getattr(r, "t_phase_one", math.nan)), float(getattr(r, "phase_noise", math.nan))
         epochs = float(getattr(r, "epochs", math.nan))
-        if not np.isfinite(epochs):
-            noise = math.nan                       # no window to build the trace over: counted as missing
-        key = ("run_power", r.run_id, int(r.K), int(r.N), round(t1, 9) if np.isfinite(t1) else None,
-               round(noise, 12) if np.isfinite(noise) else None, int(epochs) if np.isfinite(epochs) else None)
+        key = (r.run_id, int(r.K), int(r.N), t1, noise, epochs)
         if key not in memo:
-            memo[key] = run_power(int(r.K), int(r.N), t1, noise, int(epochs) if np.isfinite(epochs) else 0,
-                                  seed=zlib_seed(str(r.run_id)))
+            memo[key] = run_power(int(r.K), int(r.N), t1, noise, epochs, seed=trace_seed(str(r.run_id)))
         got = memo[key]
         if got is None:
             missing += 1
             continue
         flat.append(got[0])
         sharp.append(got[1])
-        eps_all.append(1.0 / int(r.K))
+        Ks.append(int(r.K))
         noise_all.append(noise)
     note = (f"{missing} run(s) without a measured end of Phase I or trace noise have no predicted trace"
             if missing else "")
     med = lambda x: float(np.median(x)) if x else math.nan       # noqa: E731
     mean = lambda x: float(np.mean(x)) if x else math.nan       # noqa: E731
-    return Power(mean(flat), mean(sharp), len(flat), med(eps_all), med(noise_all), note)
+    return Power(mean(flat), mean(sharp), len(flat), med([1.0 / K for K in Ks]), med(noise_all), note)
 
 
-def zlib_seed(run_id: str) -> int:
+def trace_seed(run_id: str) -> int:
     """A run's own noise stream for its predicted traces, stable across processes."""
     return zlib.crc32(run_id.encode())
 

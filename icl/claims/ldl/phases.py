@@ -31,13 +31,6 @@ def phase_runs(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return keep, ("runs left out of the count: " + ", ".join(parts)) if parts else ""
 
 
-def counter_power(s: Setting, keep: pd.DataFrame) -> Power:
-    """The phase counter's measured power on these runs' predicted traces (icl.claims.ldl.phase_power),
-    each run's once per Phase-I end (robust() judges a setting under several choices, and the flow's
-    column re-reads it on the flow's own Phase-I ends)."""
-    return power(keep)
-
-
 def _weak(powers: dict[str, Power]) -> str:
     """Why a count of phases cannot decide on these runs (`powers`: each regime the row reads and
     the counter's power on its runs' predicted traces, below POWER), or ''."""
@@ -82,7 +75,7 @@ def phases_claim(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
             rows.append(s.row(cid, UNSURE, eps=_eps(df), group=rg, prediction=pred, measurement=note or "—",
                               reason=f"no {rg} run whose window can show its phases"))
             continue
-        pw = counter_power(s, here)
+        pw = power(here)
         sh, lo, hi = share(n == want, here["seed"].to_numpy())      # the seed is the unit of independence
         v, why = judge(lo, hi, band, choices, f"the {want}-phase share")
         if (weak := _weak({rg: pw})):
@@ -125,7 +118,7 @@ def transition_at_Lstar(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     one_more = sh[:m] - f[:m] == 1
     frac, lo, hi = share(one_more, fr["seed"].to_numpy()[:m])     # a pair is as independent as its seed
     v, why = judge(lo, hi, band, choices, "the one-phase-apart share")
-    if (weak := _weak({"flat": counter_power(s, fr), "sharp": counter_power(s, sr)})):
+    if (weak := _weak({"flat": power(fr), "sharp": power(sr)})):
         v, why = NOT_TESTABLE, weak
     return [s.row(cid, v, eps=_eps(df), prediction=pred, value=frac, ci_lo=lo, ci_hi=hi, reason=why,
                   measurement=join(f"{int(one_more.sum())} of {m} flat/sharp run pairs one phase apart ({frac:.0%}, "
@@ -154,7 +147,7 @@ def phase_boundary(s: Setting, axis: str, choices: Choices = DEFAULT) -> list[di
         return [s.row(cid, NOT_TESTABLE, group=group, prediction=pred, measurement="—", reason=why)]
     keep, note = phase_runs(df)
     reg = regimes(keep, choices.lstar)
-    if (weak := _weak({"flat": counter_power(s, keep[reg == "flat"]), "sharp": counter_power(s, keep[reg == "sharp"])})):
+    if (weak := _weak({"flat": power(keep[reg == "flat"]), "sharp": power(keep[reg == "sharp"])})):
         return [s.row(cid, NOT_TESTABLE, eps=_eps(df), group=group, prediction=pred, measurement=note or "—", reason=weak)]
     if not keep["n_phases"].notna().any():
         return [s.row(cid, UNSURE, eps=_eps(df), group=group, prediction=pred, measurement=note or "no phase count",
