@@ -24,6 +24,7 @@ CLAIMS = {
     "ldl.step_size": "the flat regime tolerates larger steps",
     "ldl.unseen_functions": "accurate prediction for unseen functions (Prop. 1)",
     "ldl.mean_field": "the loss follows the mean-field curve of Lemma 2",
+    "ldl.depth": "beyond one layer (the analysis's future work): depth lets the model learn the task in context where fewer layers do not",
     "zfb.optimum": "the trained LSA converges to the theory's optimum, Γ⁻¹ = ((1 + 1/N)Λ + trΛ/N·I)⁻¹ (Thms 4.1, 4.5)",
     "zfb.thm42": "Theorem 4.2: the in-distribution test error of the LSA",
     "zfb.scaling": "covariate scaling by c: ŷ ≈ c²·x_qᵀw (eq. 5), slope c²·tr(Γ⁻¹Λ²)/trΛ, error → c²(c²−1)²·trΛ",

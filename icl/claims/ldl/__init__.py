@@ -29,6 +29,7 @@ import math
 
 from icl.claims import CLAIMS, NOT_TESTABLE, base_id
 from icl.claims.judge import by_setting, exclude, join, robust, settings
+from icl.claims.ldl.depth import depth
 from icl.claims.ldl.attention import attention_to_one, offdiag_logits, own_logit_monotone
 from icl.claims.ldl.flow import with_flow
 from icl.claims.ldl.flow_domain import flow_beta
@@ -49,7 +50,8 @@ DYNAMICS_CLAIMS = ("ldl.time_vs_eps", "ldl.time_vs_L", "ldl.phase_one", "ldl.pha
 RULES = {"ldl.attention_to_one": attention_to_one, "ldl.offdiag_logits": offdiag_logits,
          "ldl.own_logit_monotone": own_logit_monotone, "ldl.phase_one": phase_one, "ldl.phases": phases_claim,
          "ldl.time_vs_L": time_vs_L, "ldl.time_vs_eps": time_vs_eps, "ldl.transition_at_Lstar": transition_at_Lstar,
-         "ldl.step_size": step_size, "ldl.unseen_functions": unseen_functions, "ldl.mean_field": mean_field}
+         "ldl.step_size": step_size, "ldl.unseen_functions": unseen_functions, "ldl.mean_field": mean_field,
+         "ldl.depth": depth}
 
 
 def verdicts(tabs: dict, model: str) -> list[dict]:
