@@ -155,7 +155,7 @@ def timing_runs(df: pd.DataFrame, tcol: str) -> tuple[pd.DataFrame, dict[str, in
 def left_out(counts: dict[str, int]) -> str:
     """timing_runs' counts as a sentence of the measurement: '3 run(s) crossed within 5 steps and
     are left out; ...'."""
-    return "; ".join(f"{n} run(s) {w} and are left out" for w, n in counts.items() if n)
+    return "; ".join(f"{n} run{'s' if n != 1 else ''} {w} and {'are' if n != 1 else 'is'} left out" for w, n in counts.items() if n)
 
 
 def theory_time(df: pd.DataFrame, reg, eps: np.ndarray) -> np.ndarray:

@@ -412,7 +412,7 @@ def train_ensemble(runs: list[dict], data_paths: dict, out_path: str, dev, threa
     tr = runs[0]["spec"]["train"]
     print(f"[{label}] {len(runs)} runs on {dev}"
           + (f" ({torch.cuda.get_device_name(dev)}, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
-             if dev.type == "cuda" else f" ({torch.get_num_threads()} threads)"), file=sys.stderr, flush=True)
+             if dev.type == "cuda" else f" ({torch.get_num_threads()} thread{'s' if torch.get_num_threads() != 1 else ''})"), file=sys.stderr, flush=True)
     ckpt = Checkpoint(out_path + ".ckpt", [r["run_id"] for r in runs], label)
     t_setup = time.time()
     sh = ShardTraining(runs, data_paths, dev, ckpt.load(dev))
@@ -438,7 +438,7 @@ def train_ensemble(runs: list[dict], data_paths: dict, out_path: str, dev, threa
         np.savez(tmp, **out)
     ckpt.remove()
     print(f"[{label}] done: setup {t0 - t_setup:.2f}s, training {t_loop - t0:.2f}s, writing {time.time() - t_loop:.2f}s, "
-          f"{torch.get_num_threads()} threads",
+          f"{torch.get_num_threads()} thread{'s' if torch.get_num_threads() != 1 else ''}",
           file=sys.stderr, flush=True)
     return out
 

@@ -149,7 +149,7 @@ def test_offdiag_rate_is_judged_per_phase_against_props_bound():
     # runs with one phase only are counted out of phase 2's row; a phase whose own logits never rose has no rate
     uneven = [[0.5] if s == 0 else [0.5, float("nan")] if s == 1 else [0.5, 0.5] for s in rnd["seed"]]
     r = one(C.offdiag_logits(setting(logit_cols(rnd, phase_rates=uneven))), "rate, phase 2")
-    assert "in 30 of 30 runs" in r["measurement"] and "5 run(s) have no phase 2" in r["measurement"]
+    assert "in 30 of 30 runs" in r["measurement"] and "5 runs have no phase 2" in r["measurement"]
     # tables made before the per-phase rates: said so, nothing decided
     old = logit_cols(rnd).drop(columns="qoff_phase_rates")
     r = one(C.offdiag_logits(setting(old)), "rate")
@@ -177,7 +177,7 @@ def test_offdiag_fall_and_oscillation():
     osc = one(rows, "oscillation")
     assert one(rows, "fall")["verdict"] == HOLDS and osc["verdict"] == NOT_TESTABLE
     n = int(re.search(r"of (\d+) runs oscillate", osc["measurement"]).group(1))   # L = 2 crosses within 5 steps: left out
-    assert n == 40 and "8 run(s) crossed 10⁻¹ of their initial loss within 5 steps" in osc["measurement"]
+    assert n == 40 and "8 runs crossed 10⁻¹ of their initial loss within 5 steps" in osc["measurement"]
     assert osc["value"] == 1.0 and osc["ci_lo"] == pytest.approx(0.025 ** (1 / 8)) and "informal wording" in osc["reason"]
     rows = C.offdiag_logits(setting(logit_cols(df, fell=0.2, excess=0.0)))
     assert one(rows, "fall")["verdict"] == FAILS
@@ -195,7 +195,7 @@ def test_logit_claims_read_runs_whose_path_is_dynamics():
     df = logit_cols(runs(features="random", seeds=EIGHT))
     fast = df.assign(**{"t_rel_1e-1": np.where(df["L"] >= 1.0, 0.08, df["t_rel_1e-1"])})
     r = one(C.offdiag_logits(setting(fast)), "fall")
-    assert r["verdict"] == HOLDS and "16 run(s) crossed 10⁻¹ of their initial loss within 5 steps" in r["measurement"]
+    assert r["verdict"] == HOLDS and "16 runs crossed 10⁻¹ of their initial loss within 5 steps" in r["measurement"]
     assert "most fell in 32 of 32 runs" in r["measurement"]
     allfast = df.assign(**{"t_rel_1e-1": 0.08})
     rows = C.offdiag_logits(setting(allfast))
@@ -261,7 +261,7 @@ def test_a_crossing_within_a_few_steps_cannot_decide_a_slope():
     df.loc[df["L"] == 2.0, "t_rel_1e-2"] = 2.24
     df.loc[df["L"] == 1.0, "t_rel_1e-2"] = 8000.0                  # would make the slope absurd with L = 2 in
     r = one(C.time_vs_L(setting(df), tcols=("t_rel_1e-2",)), "sharp, relative 1e-2")
-    assert r["verdict"] == UNSURE and "3 run(s) crossed within 5 steps and are left out" in r["measurement"]
+    assert r["verdict"] == UNSURE and "3 runs crossed within 5 steps and are left out" in r["measurement"]
 
 
 def test_both_readings_of_eps_and_where_they_disagree():
@@ -688,21 +688,21 @@ def test_every_run_left_out_of_a_time_claim_is_counted():
     df = runs(seeds=FIVE, kind="transformer_block")
     df.loc[df["L"] == 0.5, "t_rel_1e-2"] = np.nan
     r = one(C.time_vs_L(setting(df), tcols=("t_rel_1e-2",)), "sharp, relative 1e-2")
-    assert "5 run(s) never reached t_rel_1e-2 and are left out" in r["measurement"], r
+    assert "5 runs never reached t_rel_1e-2 and are left out" in r["measurement"], r
     g = np.random.default_rng(8)
     near = df.assign(loss0=np.where(df["L"] >= 1.0, 1e-3 * (1.03 + 0.2 * g.random(len(df))), df["loss0"]))
     r = one(C.time_vs_L(setting(near), tcols=("t_abs_1e-3",)), "sharp, absolute 1e-3")
-    assert "10 run(s) started less than 10× above the threshold 1e-3 and are left out" in r["measurement"], r
+    assert "10 runs started less than 10× above the threshold 1e-3 and are left out" in r["measurement"], r
     assert r["verdict"] == UNSURE and "fewer than two values of L" in r["reason"]
     # 9× the threshold is still too close; 10× is enough
     nine = df.assign(loss0=np.where(df["L"] >= 1.0, 9e-3, df["loss0"]))
-    assert "10 run(s) started" in one(C.time_vs_L(setting(nine), tcols=("t_abs_1e-3",)), "sharp, absolute 1e-3")["measurement"]
+    assert "10 runs started" in one(C.time_vs_L(setting(nine), tcols=("t_abs_1e-3",)), "sharp, absolute 1e-3")["measurement"]
     ten = df.assign(loss0=np.where(df["L"] >= 1.0, 1e-2, df["loss0"]))
     assert "started" not in one(C.time_vs_L(setting(ten), tcols=("t_abs_1e-3",)), "sharp, absolute 1e-3")["measurement"]
     # every sharp run outside the domain: the regime cannot test the claim
     low = df.assign(loss0=np.where(df["L"] > LSTAR, 2e-3, df["loss0"]))
     r = one(C.time_vs_L(setting(low), tcols=("t_abs_1e-3",)), "sharp, absolute 1e-3")
-    assert r["verdict"] == NOT_TESTABLE and "every sharp run was left out (15 run(s) started" in r["reason"]
+    assert r["verdict"] == NOT_TESTABLE and "every sharp run was left out (15 runs started" in r["reason"]
 
 
 def test_an_all_excluded_setting_reads_not_testable():
@@ -822,7 +822,7 @@ def test_eq4_is_flagged_where_the_label_gap_saturates_and_the_L_claims_leave_tho
     rows = C.verdicts(tables_for(sat), "m")
     lrows = [r for r in rows if r["claim_id"] in C.L_CLAIMS]
     assert lrows and all("Eq. 4 fails at L = 2" in r["domain"] for r in lrows)
-    assert all("3 run(s) outside Eq. 4's domain left out" in r["measurement"] for r in lrows)
+    assert all("3 runs outside Eq. 4's domain left out" in r["measurement"] for r in lrows)
     rows = C.verdicts(tables_for(df.assign(eq4_ratio=0.3)), "m")
     lrows = [r for r in rows if r["claim_id"] in C.L_CLAIMS]
     assert {r["claim_id"] for r in lrows} == set(C.L_CLAIMS)

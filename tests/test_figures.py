@@ -159,7 +159,7 @@ def test_escape_figure_draws_every_run_and_counts_the_stuck():
     rows = pd.read_csv(io.StringIO(base64.b64decode(f.csv).decode()))
     pts = rows[rows["series"].str.startswith(("trained on", "gaussian:", "random"))]
     assert sorted(pts["y"]) == [900, 1300, 1500, 3000]
-    assert (rows["series"] == "gaussian: 1 run(s) never left the plateau").sum() == 1
+    assert (rows["series"] == "gaussian: 1 run never left the plateau").sum() == 1
 
 
 def test_seed_figure_has_a_panel_per_law_and_N():

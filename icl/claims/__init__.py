@@ -89,6 +89,17 @@ def table(experiment: str, rows: list[dict]) -> pd.DataFrame:
     return out.astype({"against": "string"})
 
 
+def count(n: int, noun: str, plural: str = "") -> str:
+    """'1 run', '3 runs' (`plural` where adding an s is wrong)."""
+    n = int(n)
+    return f"{n} {noun if n == 1 else (plural or noun + 's')}"
+
+
+def of(k: int, n: int, noun: str) -> str:
+    """'2 of 5 runs', '1 of 1 run'."""
+    return f"{int(k)} of {count(n, noun)}"
+
+
 def fmt(x, nd: int = 3) -> str:
     """A number for a measurement sentence; '—' for a missing one."""
     return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{nd}g}"

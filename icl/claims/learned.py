@@ -22,6 +22,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from icl.claims import count
+
 LEARNED = 0.5         # a run has learned when it closed at least this share of the gap to its best reference
 
 
@@ -91,7 +93,7 @@ def reached(col: str, what: str, share: float | None = None) -> Criterion:
             return pd.Series(pd.NA, index=df.index, dtype="boolean")
         return df[col].notna().astype("boolean")
 
-    return Criterion(what, test, lambda failed: f"{len(failed)} run(s) never {what}")
+    return Criterion(what, test, lambda failed: f"{count(len(failed), 'run')} never {what}")
 
 
 @dataclass
@@ -125,6 +127,6 @@ def gate(df: pd.DataFrame, criteria: list[Criterion] | tuple = (), extra: list[C
     if not n:
         return Gate(kept, 0, len(df))
     why = "; ".join(said)
-    note = f"{n} of {len(df)} runs left out as not learned ({why})"
-    none = f"the model has not learned: {why} (all {len(df)} runs)" if kept.empty else ""
+    note = f"{n} of {count(len(df), 'run')} left out as not learned ({why})"
+    none = f"the model has not learned: {why} ({'the one run' if len(df) == 1 else f'all {len(df)} runs'})" if kept.empty else ""
     return Gate(kept, n, len(df), note, none)

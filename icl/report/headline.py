@@ -55,7 +55,7 @@ def _status(learned: int, n: int) -> str:
         return "learned"
     if learned == 0:
         return "not learned"
-    return f"learned in {learned} of {n} runs"
+    return f"learned in {claims.of(learned, n, 'run')}"
 
 
 def model_outcomes(tabs: dict, ldl: bool) -> list[dict]:
@@ -108,10 +108,10 @@ def model_outcomes(tabs: dict, ldl: bool) -> list[dict]:
                 learned = judged
         if "t_escape" in ok and not ldl and ok["t_escape"].notna().any() | (at_N is not None):
             esc = ok["t_escape"].notna()
-            reached.append(f"{int(esc.sum())} of {len(ok)} runs left the plateau of predicting 0 (t_escape"
+            reached.append(f"{claims.of(esc.sum(), len(ok), 'run')} left the plateau of predicting 0 (t_escape"
                            + (f", median epoch {int(ok.loc[esc, 't_escape'].median())})" if esc.any() else ")"))
         if div.any():
-            reached.append(f"{int(div.sum())} of {len(g)} runs diverged")
+            reached.append(f"{claims.of(div.sum(), len(g), 'run')} diverged")
         status = _status(learned, judged) if judged else "all runs diverged"
         out.append({"model": str(name), "trained": trained, "reached": "; ".join(reached),
                     "status": status, "says": _says(status, converged, len(ok)),

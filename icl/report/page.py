@@ -323,7 +323,7 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
                     maps += [later(report_heads.head_maps_figure, attn, g, L, each),
                              later(report_heads.own_by_head_figure, attn, g, L, each)]
     if n_div:
-        how += f"; {n_div} diverged run(s) left out of these figures (listed above)"
+        how += f"; {claims.count(n_div, 'diverged run')} left out of these figures (listed above)"
     if not ldl:
         return {"name": name, "kind": r["model_kind"].iloc[0], "optimizer": r["optimizer"].iloc[0],
                 "split": how, "figures": figs, "maps": maps, "theory_figures": [], "key": key}
@@ -435,9 +435,9 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
         figs[:] = [f for f in figs if f]
     summ = runs_table(runs, tabs["summary"])
     trained = tabs["summary"].groupby(["code_version", "code_hash"]).size().reset_index()
-    versions = [f"{v} (source {h}, {n} runs)" for v, h, n in trained.itertuples(index=False)]
+    versions = [f"{v} (source {h}, {claims.count(n, 'run')})" for v, h, n in trained.itertuples(index=False)]
     stale = sorted(set(trained["code_hash"]) - {code_hash()})
-    devices = sorted({f"{s['device']} ({s['device_name']}, {s['threads']} threads, {s.get('precision', 'float32')}"
+    devices = sorted({f"{s['device']} ({s['device_name']}, {claims.count(s['threads'], 'thread')}, {s.get('precision', 'float32')}"
                       f"{', compiled' if s.get('compiled') else ''}"
                       f"{'; fresh prompts: ' + s['fresh_stream'] if s.get('fresh_stream') else ''})" for s in shards})
     tim = benchmark_table(benchmarks or [])

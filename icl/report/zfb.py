@@ -8,6 +8,7 @@ import matplotlib.pyplot as plt
 import seaborn as sns
 
 from icl import models
+from icl.claims import count
 from icl.report.figures import QUALITATIVE, REFERENCE, Figure, legend_below, palette, png
 from icl.claims.zfb import BEYOND_LINEAR, TRAINED_LSA, healthy_shift
 
@@ -129,7 +130,7 @@ def escape_figure(summary: pd.DataFrame, runs: pd.DataFrame) -> Figure | None:
         never = ~np.isfinite(t)
         if never.any():
             ax.scatter(x[never], np.full(never.sum(), epochs), color=colours[law], marker="x", s=40,
-                       label=f"{law}: {int(never.sum())} run(s) never left the plateau")
+                       label=f"{law}: {count(never.sum(), 'run')} never left the plateau")
     ax.axhline(epochs, color="grey", lw=0.8, ls=":")
     ax.set_ylim(0, epochs * 1.08)
     ax.set_xlabel("training prompt length N")

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from icl.claims import NOT_TESTABLE, UNSURE, fmt
+from icl.claims import NOT_TESTABLE, UNSURE, count, fmt, of
 from icl.claims.judge import Band, Choices, DEFAULT, join, judge, median_by_seed, share
 from icl.claims.ldl.identities import monotone_identity, shift_identity
 from icl.claims.ldl.setting import (ATTN_TOL, CONVERGED, MONOTONE, OSCILLATES, Setting, _not_gd, converged,
@@ -36,7 +36,7 @@ def attention_to_one(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     conv = converged(df)
     kept = df.loc[conv & df["attn_own_final"].notna()]
     own, seeds = kept["attn_own_final"].astype(float).to_numpy(), kept["seed"].to_numpy()
-    note = "; ".join(p for p in (f"{int(conv.sum())} of {len(df)} runs met the precondition", learned.note) if p)
+    note = "; ".join(p for p in (f"{of(conv.sum(), len(df), 'run')} met the precondition", learned.note) if p)
     if not len(own):
         return [s.row(cid, UNSURE, prediction=pred, measurement=note,
                       reason=f"no run's train loss fell to {CONVERGED:g} of the uniform-attention loss, the "
@@ -187,7 +187,7 @@ def phase_rate_rows(s: Setting, df, choices: Choices = DEFAULT) -> list[dict]:
                           measurement=f"(K − 1)·rate in phase {j + 1} within {band.text(choices.band)} in "
                                       f"{int(ok.sum())} of {len(r)} runs [{fmt(lo)}, {fmt(hi)}]; median "
                                       f"{np.median(r):.3g}, range {r.min():.3g} to {r.max():.3g}; "
-                                      f"{len(df) - has} run(s) have no phase {j + 1}{excess}"))
+                                      f"{count(len(df) - has, 'run')} {'has' if len(df) - has == 1 else 'have'} no phase {j + 1}{excess}"))
     return rows
 
 

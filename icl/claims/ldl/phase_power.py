@@ -26,6 +26,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from icl.claims import count
 from icl.measures import PHASE_WINDOW
 from icl.phases import TOL, logit, phases
 from icl.theory.ldl import delta_conc
@@ -122,7 +123,7 @@ def power(runs: pd.DataFrame, memo: dict | None = None) -> Power:
         sharp.append(got[1])
         Ks.append(int(r.K))
         noise_all.append(noise)
-    note = (f"{missing} run(s) without a measured end of Phase I or trace noise have no predicted trace"
+    note = (f"{count(missing, 'run')} without a measured end of Phase I or trace noise have no predicted trace"
             if missing else "")
     med = lambda x: float(np.median(x)) if x else math.nan       # noqa: E731
     mean = lambda x: float(np.mean(x)) if x else math.nan       # noqa: E731

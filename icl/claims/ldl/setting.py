@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from icl import fits
-from icl.claims import EXT, NOT_TESTABLE, UNSURE, verdict
+from icl.claims import EXT, NOT_TESTABLE, UNSURE, count, verdict
 from icl.claims.judge import Band, join
 from icl.claims.ldl.identities import _of, domain, eq4_outside, eq4_text
 from icl.claims.learned import Gate, below, gate
@@ -80,7 +80,7 @@ def inside_eq4(s: Setting) -> tuple[Setting | None, str]:
     if out.all():
         return None, why
     kept = s.runs[~out]
-    note = f"{int(out.sum())} run(s) outside Eq. 4's domain left out of this L-claim"
+    note = f"{count(out.sum(), 'run')} outside Eq. 4's domain left out of this L-claim"
     return Setting(s.model, s.label, kept, join(s.left_out, note), s.curves[s.curves["run_id"].isin(kept["run_id"])],
                    s.theory_curves, join(s.domain_note, why)), why
 
@@ -115,7 +115,7 @@ def dynamics_runs(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     learned = learning(df)
     kept = learned.kept
     fast = ~fits.resolved(kept) if "t_rel_1e-1" in kept else pd.Series(False, index=kept.index)
-    note = join(learned.note, f"{int(fast.sum())} run(s) crossed 10⁻¹ of their initial loss within {RESOLUTION} "
+    note = join(learned.note, f"{count(fast.sum(), 'run')} crossed 10⁻¹ of their initial loss within {RESOLUTION} "
                               f"steps and are left out" if fast.any() else "")
     return kept[~fast], note
 

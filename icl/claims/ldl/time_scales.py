@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from icl import fits
-from icl.claims import NOT_TESTABLE, UNSURE, fmt
+from icl.claims import NOT_TESTABLE, UNSURE, count, fmt
 from icl.claims.judge import Band, Choices, DEFAULT, boot, join, judge, too_few_seeds
 from icl.claims.ldl.identities import approx_identity, design_fixed, gap_readings, regimes, scale_identity, steps
 from icl.claims.ldl.setting import RESOLUTION, Setting, TIME_COLS, _empty, _not_gd
@@ -187,7 +187,7 @@ def time_vs_eps(s: Setting, choices: Choices = DEFAULT, t_hi="t_rel_1e-1", t_lo=
             continue
         if len(g) < 3:
             rows.append(s.row(cid, UNSURE, group=rg, prediction="β = dlog T/dlog(1/ε)",
-                              measurement=join(f"{len(g)} run(s) reached {t_lo.split('_')[-1]} of their initial loss", note),
+                              measurement=join(f"{count(len(g), 'run')} reached {t_lo.split('_')[-1]} of their initial loss", note),
                               reason=f"fewer than three {rg} runs reached both thresholds"))
             continue
         T_hi, T_lo = g[t_hi].to_numpy(float), g[t_lo].to_numpy(float)
@@ -242,8 +242,8 @@ def phase_one(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     g = df[df["t_phase_one"].notna()]
     fast = ~((g["t_phase_one"].astype(float) * steps(g)) >= RESOLUTION)
     g = g[~fast]
-    note = join(f"{int(fast.sum())} run(s) reached 1/(1+δ) within {RESOLUTION} steps and are left out" if fast.any() else "",
-                f"{int(df['t_phase_one'].isna().sum())} run(s) never reached it" if df["t_phase_one"].isna().any() else "")
+    note = join(f"{count(fast.sum(), 'run')} reached 1/(1+δ) within {RESOLUTION} steps and are left out" if fast.any() else "",
+                f"{count(df['t_phase_one'].isna().sum(), 'run')} never reached it" if df["t_phase_one"].isna().any() else "")
     if g["L"].nunique() < 2:
         return [_empty(s, cid, "fewer than two values of L reached the end of Phase I", pred)]
     if (why := design_fixed(g, "the end of Phase I's slope against L")):

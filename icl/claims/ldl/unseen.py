@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from icl.claims import FAILS, NOT_TESTABLE, fmt
+from icl.claims import FAILS, NOT_TESTABLE, fmt, of
 from icl.claims.judge import Band, Choices, DEFAULT, join, judge, median_by_seed, share
 from icl.claims.ldl.setting import CONVERGED, GAIN_TOL, Setting, _empty, converged, learning
 
@@ -47,7 +47,7 @@ def unseen_functions(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
         return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement=learned.note, reason=learned.none)]
     df = learned.kept
     conv = converged(df)               # Prop. 1's precondition: the loss reached the O(ε²) it assumes
-    pre = (f"{int((~conv).sum())} of {len(df)} runs did not reach Prop. 1's precondition (final train loss ≤ "
+    pre = (f"{of((~conv).sum(), len(df), 'run')} did not reach Prop. 1's precondition (final train loss ≤ "
            f"{CONVERGED:g} of uniform attention's; theirs {_ratio(df[~conv])}) and are left out" if (~conv).any() else "")
     if not conv.any():
         return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement=join(pre, learned.note),
