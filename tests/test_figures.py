@@ -510,7 +510,7 @@ def test_a_crowded_attention_figure_gets_a_panel_per_setting():
     str(f)
     assert len(_panels(f.fig)) == 9 and f.problems == [], f.problems
     labels = _legend_texts(f.fig)
-    assert len(labels) == len(set(labels)) and "Attn₁ (own)" in labels and _legend_px(f.fig) >= 9
+    assert len(labels) == len(set(labels)) and r"$\mathrm{Attn}_{1}$ (own)" in labels and not any("_{" in x and not x.startswith("$") for x in labels) and _legend_px(f.fig) >= 9
 
 
 def test_the_convergence_time_figure_has_a_panel_per_group():
@@ -673,3 +673,8 @@ def test_the_collapse_figure_has_a_panel_per_setting_and_the_mean_field_from_its
         assert run.get_ydata() == pytest.approx(mf.get_ydata())          # the runs on it, not 3× below
     assert fig.problems == [] and _legend_px(fig.fig) >= 9, fig.problems
     assert sorted(set(_legend_texts(fig.fig))) == sorted(_legend_texts(fig.fig))
+
+
+def test_two_decimals_never_print_negative_zero():
+    from icl.report.ldl import _2f
+    assert (_2f(-0.004), _2f(-0.006), _2f(0.125), _2f(-0.0)) == ("0.00", "-0.01", "0.12", "0.00")

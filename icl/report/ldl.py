@@ -15,6 +15,11 @@ from icl.report.settings import distinct_settings, label_order, setting_label
 from icl.theory import ldl
 
 
+def _2f(x: float) -> str:
+    """Two decimals, never '-0.00' (a slope of -0.004 prints as 0.00)."""
+    return f"{round(float(x), 2) + 0.0:.2f}"
+
+
 def _runs(tabs):
     """Runs joined with summary and theory, diverged runs excluded (they are listed elsewhere)."""
     df = tabs["runs"].merge(tabs["summary"], on="run_id").merge(tabs["theory"], on="run_id")
@@ -119,7 +124,7 @@ def slope_figure(tabs, model, tcol="t_rel_1e-2") -> Figure | None:
                         ax.plot(np.exp(xs), np.exp(b + slope * xs), color=color, ls=ls, lw=1.4 if ls == "-" else 1,
                                 gid=f"{reg}{', ' + group if group else ''}: {what} slope {slope:.3g}")
                         drawn.setdefault((reg, what), []).append((slope, r))
-                said.append(f"{reg} {r['slope']:.2f}, theory {r['theory_slope']:.2f}")
+                said.append(f"{reg} {_2f(r['slope'])}, theory {_2f(r['theory_slope'])}")
         split = df.loc[members | one, "L_split" if "L_split" in df else "L_star"].dropna().unique()
         for Lst in split:
             ax.axvline(Lst, color="grey", ls=":", lw=1, gid=f"{group or 'the'} flat/sharp split L={Lst:.3g}")
@@ -139,7 +144,7 @@ def slope_figure(tabs, model, tcol="t_rel_1e-2") -> Figure | None:
         if len(fitted) == 1:
             (slope, r), = fitted
             kind = "range" if str(r.get("interval", "")).startswith("range") else "95%"
-            lead.plot([], [], color=color, label=f"{reg}: fitted slope {slope:.2f} ({kind} [{r['ci_lo']:.2f}, {r['ci_hi']:.2f}])")
+            lead.plot([], [], color=color, label=f"{reg}: fitted slope {_2f(slope)} ({kind} [{_2f(r['ci_lo'])}, {_2f(r['ci_hi'])}])")
         elif fitted:
             lead.plot([], [], color=color, label=f"{reg}: fitted slope, each panel's in its title "
                                               f"({_span([f for f, _ in fitted])}; the verdicts give their intervals)")
@@ -164,7 +169,7 @@ def _swept(groups: list[str]) -> list[str]:
 def _span(values: list[float]) -> str:
     """A slope, or the range of several."""
     lo, hi = min(values), max(values)
-    return f"{lo:.2f}" if np.isclose(lo, hi, atol=5e-3) else f"{lo:.2f} to {hi:.2f}"
+    return _2f(lo) if np.isclose(lo, hi, atol=5e-3) else f"{_2f(lo)} to {_2f(hi)}"
 
 
 def theory_label(regime: str, tcol: str, slope: str) -> str:

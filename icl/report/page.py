@@ -217,7 +217,7 @@ def attention_scores_figure(attn, runs, L, K, tag: str = "") -> Figure:
     pal, markers = QUALITATIVE, {}
     for ax, (name, rows) in zip(axes.ravel(), panels):
         for k in range(K):
-            lab = "Attn₁ (own)" if k == 0 else f"Attn_{{{k + 1},1}}"
+            lab = r"$\mathrm{Attn}_{1}$ (own)" if k == 0 else rf"$\mathrm{{Attn}}_{{{k + 1},1}}$"
             _persetting_label(ax, df[(df["key_feature"] == k) & df["run_id"].isin(rows["run_id"])], rows, "L", "epoch",
                          "attn", lab, pal[k % len(pal)], log=False, markers=markers)
         ax.axhline(1 / K, **REFERENCE, label=f"1/K = {1 / K:.2g}: uniform attention\n(= nothing learned)")
