@@ -138,7 +138,8 @@ def test_the_lsa_limit_stays_visible_under_the_trained_lsa():
     their colour: the theory wide, pale and dashed beneath, the runs thin with points on top."""
     from icl.report import zfb as report_zfb
     rows = [{"predictor": p, "model_kind": k, "run_id": r, "eval_id": "e", "N": 10, "shift": "none", "c": np.nan,
-             "M": M, "mse": 1.0 / M} for p, k, r in (("lsa", "lsa", "a"), ("lsa_limit", None, None)) for M in (5, 10, 20)]
+             "M": M, "mse": 1.0 / M, "mse_se": 0.01 / M, "theory_mse": 1.0 / M if p == "lsa_limit" else np.nan}
+            for p, k, r in (("lsa", "lsa", "a"), ("lsa_limit", None, None)) for M in (5, 10, 20)]
     f = report_zfb.error_vs_length_figure(pd.DataFrame(rows).astype({"N": "Int64"}))
     lines = {ln.get_label(): ln for ln in f.fig.axes[0].get_lines()}
     run, theory = lines["LSA trained, N=10"], lines["LSA limit (theory), N=10"]
@@ -678,3 +679,32 @@ def test_the_collapse_figure_has_a_panel_per_setting_and_the_mean_field_from_its
 def test_two_decimals_never_print_negative_zero():
     from icl.report.ldl import _2f
     assert (_2f(-0.004), _2f(-0.006), _2f(0.125), _2f(-0.0)) == ("0.00", "-0.01", "0.12", "0.00")
+
+
+def test_the_lsa_limit_is_drawn_as_theory_only_where_a_closed_form_exists():
+    """Issue 50: a Monte-Carlo estimate drawn as a theory curve read as a zig-zagging prediction. With
+    theory_mse at every M the line is the closed form; without, the prompts' mean with a ± 2 SE band,
+    labelled an estimate."""
+    import matplotlib.pyplot as plt
+    from icl.report.zfb import limit_curve
+    rng = np.random.default_rng(0)
+    Ms = np.array([2, 5, 10, 20, 40])
+    rows = [{"M": M, "mse": 30 / M * (1 + 0.4 * rng.standard_normal()), "mse_se": 3 / M, "theory_mse": 30 / M}
+            for M in Ms for _ in range(5)]
+    d = pd.DataFrame(rows)
+    fig, ax = plt.subplots()
+    limit_curve(ax, d, "C0", "", {"ls": "--"})
+    (line,) = ax.get_lines()
+    assert line.get_label() == "LSA limit (theory)" and np.allclose(line.get_ydata(), 30 / Ms)
+    assert not ax.collections
+    fig, ax = plt.subplots()
+    limit_curve(ax, d.assign(theory_mse=np.nan), "C0", ", N=20", {"ls": "--"})
+    (line,) = ax.get_lines()
+    assert "estimate" in line.get_label() and line.get_label().endswith(", N=20")
+    mean = d.groupby("M")["mse"].mean().to_numpy()
+    assert np.allclose(line.get_ydata(), mean)
+    (band,) = ax.collections
+    ys = band.get_paths()[0].vertices[:, 1]
+    se = np.sqrt(5 * (3 / Ms) ** 2) / 5
+    assert ys.max() == pytest.approx((mean + 2 * se).max()) and ys.min() == pytest.approx((mean - 2 * se).min())
+    plt.close("all")

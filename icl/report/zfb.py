@@ -48,6 +48,24 @@ def training_laws(tabs, shift: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return [(f"trained on {name}", shift[where == name]) for name in sorted(where.dropna().unique())]
 
 
+def limit_curve(ax, d: pd.DataFrame, color, suffix: str, style: dict, floor: float = 0.0) -> None:
+    """The LSA's limit against M, drawn as what it is: its closed form (theory_mse) where one exists
+    at every M, a line labelled theory; else its Monte-Carlo error on the test prompts (the mean over
+    prompt sets) with a ± 2 standard-error band, labelled an estimate, so that its noise reads as
+    noise and not as a prediction."""
+    if d.empty:
+        return
+    g = d.groupby("M").agg(th=("theory_mse", "median"), m=("mse", "mean"), n=("mse", "size"),
+                           se=("mse_se", lambda x: float(np.sqrt((x.astype(float) ** 2).sum())) / max(len(x), 1)))
+    if g["th"].notna().all():
+        ax.plot(g.index, g["th"].clip(floor), color=color, label=f"LSA limit (theory){suffix}", **style)
+        return
+    lo, hi = (g["m"] - 2 * g["se"]).clip(lower=max(floor, 1e-300)), g["m"] + 2 * g["se"]
+    ax.plot(g.index, g["m"].clip(floor), color=color, label=f"LSA limit (estimate on the test prompts ± 2 SE){suffix}",
+            **{**style, "lw": min(style.get("lw", 1.0), 1.4)})
+    ax.fill_between(g.index, lo, hi, color=color, alpha=0.18, lw=0)
+
+
 def error_vs_length_figure(shift: pd.DataFrame, title: str = "") -> Figure:
     """MSE against test length M, one panel per shift; LSA per training N (points), its limit wide,
     pale and dashed beneath; the
@@ -66,12 +84,12 @@ def error_vs_length_figure(shift: pd.DataFrame, title: str = "") -> Figure:
         for N in Ns:
             # the theory wide and pale, dashed, under the trained LSA's thin line with its points:
             # where the two coincide (they should) both still show
-            for pred, style, lab in ((TRAINED_LSA, dict(ls="-", lw=1.1, marker="o", ms=3, zorder=3), "LSA trained"),
-                                     ("lsa_limit", dict(ls=(0, (3, 1.5)), lw=3.2, alpha=0.45, zorder=2),
-                                      "LSA limit (theory)")):
-                g = d[(d["predictor"] == pred) & (d["N"] == N)].groupby("M")["mse"].median()
-                if len(g):
-                    ax.plot(g.index, g.values, color=pal[N], label=f"{lab}, N={N}", **style)
+            g = d[(d["predictor"] == TRAINED_LSA) & (d["N"] == N)].groupby("M")["mse"].median()
+            if len(g):
+                ax.plot(g.index, g.values, color=pal[N], label=f"LSA trained, N={N}", ls="-", lw=1.1, marker="o", ms=3,
+                        zorder=3)
+            limit_curve(ax, d[(d["predictor"] == "lsa_limit") & (d["N"] == N)], pal[N], f", N={N}",
+                        dict(ls=(0, (3, 1.5)), lw=3.2, alpha=0.45, zorder=2))
         others = d[~d["predictor"].isin(["ols", "ridge"])]["mse"]
         floor = others[others > 0].min() / 3 if (others > 0).any() else 1e-12
         named = with_N(d)           # a baseline on the test prompts of the largest N's runs, as the other models
@@ -267,7 +285,8 @@ def seed_figure(shift: pd.DataFrame, laws: list[tuple[str, pd.DataFrame]]) -> Fi
             for cell in tests:
                 d = _cell(named, *cell)
                 d = d[d["N"] == N]
-                for pred, ls in [*((n, styles.get(n, "-")) for n in names), ("lsa_limit", "--"), ("ols", ":")]:
+                limit_curve(ax, d[d["predictor"] == "lsa_limit"], colours[cell], "", dict(ls="--", lw=0.9), floor=floor)
+                for pred, ls in [*((n, styles.get(n, "-")) for n in names), ("ols", ":")]:
                     g = d[d["predictor"] == pred].groupby("M")["mse"].median()
                     if len(g):
                         ax.plot(g.index, g.values.clip(floor), ls=ls, color=colours[cell],
@@ -281,7 +300,7 @@ def seed_figure(shift: pd.DataFrame, laws: list[tuple[str, pd.DataFrame]]) -> Fi
     handles = [plt.Line2D([], [], color=colours[c], label=c[0] + ("" if pd.isna(c[1]) else f", c={c[1]:g}")) for c in tests]
     handles += [plt.Line2D([], [], color="k", ls=styles.get(n, "-"), marker=marks[n], ms=3.5, mfc="none", label=n)
                 for n in names]
-    handles += [plt.Line2D([], [], color="k", ls="--", label="LSA limit"),
+    handles += [plt.Line2D([], [], color="k", ls="--", label="LSA limit (theory; shaded: an estimate on the test prompts ± 2 SE)"),
                 plt.Line2D([], [], color="k", ls=":", label="OLS (exact for M ≥ d: drawn at the axis floor)")]
     fig.set_layout_engine("tight", rect=(0, legend_in / (3.0 * len(laws) + legend_in), 1, 1))
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
