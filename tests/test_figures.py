@@ -550,6 +550,16 @@ def test_the_convergence_time_figure_has_a_panel_per_group():
     np.testing.assert_allclose(split_x, 0.8 / 1.5)
     labels = _legend_texts(f.fig)
     assert len(labels) == len(set(labels)) == 5 and _legend_px(f.fig) >= 9
+    assert not any("not testable" in x for x in labels)
+    # the sharp rows not testable (the clock rule): its theory lines pale, its legend entry says so
+    tabs["verdicts"] = pd.DataFrame({"model": "sq", "scope": "setting", "claim_id": "ldl.time_vs_L",
+                                     "group": ["flat", "sharp"], "verdict": ["holds", "not testable"],
+                                     "reason": ["", "L-independent by construction"]})
+    f = report_ldl.slope_figure(tabs, "sq")
+    str(f)
+    theory = [ln for ln in _panels(f.fig)[0].get_lines() if ln.get_linestyle() == "--" and len(ln.get_xdata())]
+    assert sorted(ln.get_alpha() or 1 for ln in theory) == [0.35, 1]
+    assert sum("not testable here" in x for x in _legend_texts(f.fig)) == 1 and f.problems == [], f.problems
 
 
 def test_heads_are_told_apart_and_their_figures_fit_the_page():
@@ -708,3 +718,20 @@ def test_the_lsa_limit_is_drawn_as_theory_only_where_a_closed_form_exists():
     se = np.sqrt(5 * (3 / Ms) ** 2) / 5
     assert ys.max() == pytest.approx((mean + 2 * se).max()) and ys.min() == pytest.approx((mean - 2 * se).min())
     plt.close("all")
+
+
+def test_a_theory_line_the_verdicts_call_not_testable_says_so_on_the_figure():
+    """Issue 50: under the clock rule the runs are L-independent by construction and the time_vs_L rows
+    read not testable, so the sharp theory line (falling tenfold over L) is drawn pale and its legend
+    entry says not testable; a regime whose rows were judged keeps its line as it was."""
+    from icl.report.ldl import untestable_regimes
+    v = pd.DataFrame({"model": "softmax_q", "scope": "setting",
+                      "claim_id": ["ldl.time_vs_L", "ldl.time_vs_L", "ldl.time_vs_L", "ldl.phases"],
+                      "group": ["flat, relative 1e-2", "sharp, relative 1e-2", "sharp, relative 1e-1", "sharp"],
+                      "verdict": ["holds", "not testable", "not testable", "not testable"],
+                      "reason": ["", "L-independent by construction", "L-independent by construction", "x"]})
+    out = untestable_regimes(v, "softmax_q", "ldl.time_vs_L")
+    assert set(out) == {"sharp"} and "ldl.time_vs_L" in out["sharp"]
+    v.loc[2, "verdict"] = "inconclusive"                    # one sharp row judged: the line stands
+    assert untestable_regimes(v, "softmax_q", "ldl.time_vs_L") == {}
+    assert untestable_regimes(v, "block", "ldl.time_vs_L") == {} and untestable_regimes(None, "softmax_q", "x") == {}
