@@ -735,3 +735,18 @@ def test_a_theory_line_the_verdicts_call_not_testable_says_so_on_the_figure():
     v.loc[2, "verdict"] = "inconclusive"                    # one sharp row judged: the line stands
     assert untestable_regimes(v, "softmax_q", "ldl.time_vs_L") == {}
     assert untestable_regimes(v, "block", "ldl.time_vs_L") == {} and untestable_regimes(None, "softmax_q", "x") == {}
+
+
+def test_the_palette_keeps_every_two_values_apart():
+    """Issue 50: L = 0.1 and 0.2 were two near-identical blues. Every pair of a palette's colours, up to
+    the 12 values a page sweeps, is at least 15 ΔE apart (CIE76), and the same value keeps its
+    colour whatever else is drawn. ΔE checked against published CIELAB values first."""
+    from icl.report.figures import delta_e, palette
+    assert delta_e((1, 1, 1), (0, 0, 0)) == pytest.approx(100.0, abs=0.01)        # L* 100 against 0
+    assert delta_e((1, 0, 0), (1, 1, 1)) == pytest.approx(114.55, abs=0.05)       # red: L* 53.24, a* 80.09, b* 67.20
+    for n in range(2, 13):
+        vals = [0.1 * 1.4 ** k for k in range(n)]
+        cols = list(palette(vals).values())
+        assert min(delta_e(a, b) for i, a in enumerate(cols) for b in cols[:i]) >= 15, n
+    p = palette([0.1, 0.2, 0.4, 1.0, 1.5, 2.0])
+    assert p == palette([2.0, 0.1, 1.0, 0.4, 1.5, 0.2, 0.2])

@@ -12,6 +12,7 @@ import textwrap
 import matplotlib
 
 matplotlib.use("Agg")
+import matplotlib.colors as mcolors  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker as mticker  # noqa: E402
 import numpy as np  # noqa: E402
@@ -26,11 +27,32 @@ THUMB_WIDTH = 400     # px of the index's copy of a key figure (shown 300 px wid
 THUMB_COLOURS = 64    # its palette: ten thumbnails stay well under the index's 300 KB
 
 
+SEQUENTIAL_MAX = 9    # viridis keeps neighbours ≥ 18 ΔE apart up to this many values (12 ΔE at 12: two near blues)
+
+
 def palette(values) -> dict:
     """One colour per value, the same in every figure of a report when every figure is given the
-    experiment's whole set of values (all L, or all N): viridis, ordered and colour-blind safe."""
+    experiment's whole set of values (all L, or all N), ordered: viridis (colour-blind safe) up to
+    SEQUENTIAL_MAX values, turbo (its wider sweep of hues: neighbours ≥ 16 ΔE apart at 12 values,
+    where viridis's are 12) past that."""
     vals = sorted({float(v) for v in values if pd.notna(v)})
-    return dict(zip(vals, sns.color_palette("viridis", len(vals))))
+    if len(vals) <= SEQUENTIAL_MAX:
+        return dict(zip(vals, sns.color_palette("viridis", len(vals))))
+    cmap = matplotlib.colormaps["turbo"]
+    return dict(zip(vals, [tuple(cmap(x)[:3]) for x in np.linspace(0.05, 0.95, len(vals))]))
+
+
+def delta_e(a, b) -> float:
+    """CIE76 colour difference of two sRGB colours (components in [0, 1]): the distance in CIELAB,
+    about 2.3 for a just-noticeable difference; lines of one panel are told apart at ≥ 15."""
+    def lab(rgb):
+        c = np.asarray(mcolors.to_rgb(rgb), float)
+        c = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+        xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]) @ c
+        xyz /= np.array([0.95047, 1.0, 1.08883])                     # D65 white
+        f = np.where(xyz > (6 / 29) ** 3, np.cbrt(xyz), xyz / (3 * (6 / 29) ** 2) + 4 / 29)
+        return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+    return float(np.linalg.norm(lab(a) - lab(b)))
 
 
 class Figure:
