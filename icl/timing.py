@@ -47,7 +47,7 @@ def summary_line(df: pd.DataFrame) -> str:
     train = df.loc[df["step"] == "train", "seconds"].sum()
     ev = df.loc[df["step"] == "evaluate", "seconds"].sum()
     rest = total - train - ev
-    return (f"{total:.1f} s of job time: {train:.1f} s training ({100 * train / total:.0f}%), "
+    return (f"{total:.1f} s of job time: {train:.1f} s training jobs ({100 * train / total:.0f}%), "
             f"{ev:.1f} s evaluating trained models under shift ({100 * ev / total:.0f}%), "
             f"{rest:.1f} s ({100 * rest / total:.0f}%) in planning, data, tables, theory and reports") \
         if total else "no benchmark files"

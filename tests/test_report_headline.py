@@ -267,3 +267,15 @@ def test_a_headline_sentence_is_never_cut_mid_phrase():
     assert got == "the 3-phase share's interval [0, 0.459] lies outside the band [0.5, 1]"
     assert "…" not in got and _first_sentence(reason, 1000) == reason
     assert _first_sentence("x" * 300) == "x" * 300          # one clause longer than the limit: whole
+
+
+def test_the_header_names_the_training_loops_and_the_training_jobs_apart():
+    """Issue 50: the header said training took 5.5 s, 'Where the time went' 11.5 s. Two quantities:
+    the loops' own clocks and the jobs' (start-up, data and writing too), each named."""
+    from icl.report.page import trained_line
+    from icl.timing import summary_line
+    tim = pd.DataFrame({"experiment": "e", "step": ["train", "train", "report"], "seconds": [6.0, 5.5, 3.0]})
+    line = trained_line(1, 2, 5.5, tim, ["cpu (x86, 1 thread, float32)"])
+    assert line.startswith("1 run in 2 shards; their training loops took 5.5 s of the 11.5 s of training jobs")
+    assert "11.5 s training jobs" in summary_line(tim.groupby("step", as_index=False)["seconds"].sum())
+    assert "training jobs" not in trained_line(3, 1, 5.5, tim.iloc[:0], ["cpu"])

@@ -264,6 +264,17 @@ def split_L(runs: pd.DataFrame, theory: pd.DataFrame) -> tuple[list, list, float
     return [L for L in Ls if L <= thr], [L for L in Ls if L > thr], thr, how
 
 
+def trained_line(n_runs: int, n_shards: int, loops: float, tim: pd.DataFrame, devices: list[str]) -> str:
+    """The header's sentence on training: the training loops' seconds (the shards' own clocks) and,
+    where Snakemake's benchmarks were read, the training jobs' (start-up, data and writing too): two
+    quantities, each named, each computed once (the table below sums the same jobs)."""
+    jobs = float(tim.loc[tim["step"] == "train", "seconds"].sum()) if len(tim) else 0.0
+    out = f"{claims.count(n_runs, 'run')} in {claims.count(n_shards, 'shard')}; their training loops took {loops:.1f} s"
+    if jobs:
+        out += f" of the {jobs:.1f} s of training jobs (start-up, data and writing the rest: where the time went, below)"
+    return out + f", on {', '.join(devices)}."
+
+
 def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
     """Figures of one model. Diverged runs are left out of every curve and band, explicitly."""
     diverged = set(tables["summary"].loc[tables["summary"]["diverged"], "run_id"])
@@ -457,8 +468,8 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
         diverged=[{"model": d["model"], "what": ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                                                        for k, v in d.items() if k in swept and k != "lr")}
                   for d in summ[summ["diverged"].astype(bool)].to_dict("records")] if "diverged" in summ else [],
-        n_runs=len(runs), n_shards=len(shards),
-        train_seconds=sum(s["seconds"] for s in shards), devices=devices,
+        trained=trained_line(len(runs), len(shards), sum(s["seconds"] for s in shards), tim, devices),
+        n_diverged=claims.count(int(summ["diverged"].astype(bool).sum()) if "diverged" in summ else 0, "diverged run"),
         config=yaml.safe_dump({experiment: exp}, sort_keys=False), versions=versions,
         report_version=f"{code_version()} (source {code_hash()})", stale=stale, packages=package_versions(),
         timing=tim.to_html(index=False, float_format=lambda v: f"{v:.2f}", classes="tbl") if len(tim) else "",
