@@ -27,7 +27,7 @@ def _fmt(x: float) -> str:
     return "—" if x is None or not np.isfinite(x) else f"{x:.3g}"
 
 
-def _spread(r: pd.Series) -> str:
+def _spread(r: pd.Series, unit: str = "×") -> str:
     """The median of ratios, with their range where there are several and they differ."""
     r = r.dropna()
     if r.empty:
@@ -35,8 +35,8 @@ def _spread(r: pd.Series) -> str:
     med = float(r.median())
     lo, hi = float(r.min()), float(r.max())
     if len(r) < 2 or np.isclose(lo, hi, rtol=5e-3):
-        return f"{_fmt(med)}×"
-    return f"{_fmt(med)}× (median; {_fmt(lo)}–{_fmt(hi)})"
+        return f"{_fmt(med)}{unit}"
+    return f"{_fmt(med)}{unit} (median; {_fmt(lo)}–{_fmt(hi)})"
 
 
 def _architecture(r: pd.Series) -> str:
@@ -86,6 +86,11 @@ def model_outcomes(tabs: dict, ldl: bool) -> list[dict]:
                            f"after {epochs} epochs")
             ok_test = below("mse_at_N", "uniform_at_N", "", best="best_at_N").test(at_N).fillna(True).astype(bool)
             learned, judged = int(ok_test.sum()), len(at_N)
+            if "best_at_N" in at_N and at_N["best_at_N"].notna().any():   # the gate's own measure, printed too
+                best = at_N["best_at_N"].astype(float).fillna(0.0)
+                gap = (at_N["uniform_at_N"] - at_N["mse_at_N"]) / (at_N["uniform_at_N"] - best)
+                reached.append(f"the share of the gap from uniform attention's to the best reference's error closed, "
+                               f"which decides 'learned' (at least {LEARNED:g}): {_spread(gap, '')}")
         else:
             loss, ref = ("final_train_loss", "uniform_train_loss") if ldl or "uniform_test_loss" not in ok \
                 else ("final_test_loss", "uniform_test_loss")

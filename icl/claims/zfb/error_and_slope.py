@@ -37,7 +37,8 @@ def scaling(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     error at Λ⁻¹ → c²(c²−1)²·trΛ as M → ∞)."""
     return _shifted(s, "zfb.scaling", _lsa_cells(s, "scale"), choices,
                     untestable=("slope c²·tr(Γ⁻¹Λ²)/trΛ, error at c·x",
-                                "no scale shift with c ≠ 1 evaluated on a trained LSA at M ≥ d"),
+                                "no shift of kind 'scale' (every covariate x → c·x) with c ≠ 1 evaluated on a trained LSA at M ≥ d; "
+                                "a random covariance scaled by c is another shift, judged by zfb.random_covariance"),
                     slope="slope of ŷ on y = c²·tr(BΛ²)/trΛ",
                     error="exact error at c·x (→ c²(c²−1)²·trΛ as M, N → ∞)")
 
@@ -51,7 +52,8 @@ def query_shift(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     at Γ⁻¹), as zfb.thm42, within [0, ½]."""
     return _shifted(s, "zfb.query_shift", _lsa_cells(s, "query_only", gaussian_only=True), choices,
                     untestable=("slope tr(Γ⁻¹Λ²)/trΛ → 1 under x_q → c·x_q",
-                                "no query_only shift with c ≠ 1 evaluated on an LSA trained on a fixed covariance at M ≥ d"),
+                                "no shift of kind 'query_only' (the query alone x_q → c·x_q) with c ≠ 1 evaluated on an LSA "
+                                "trained on a fixed covariance at M ≥ d"),
                     slope="slope of ŷ on y_q = tr(BΛ²)/trΛ under x_q → c·x_q",
                     error="exact error under x_q → c·x_q")
 
