@@ -279,3 +279,19 @@ def test_the_header_names_the_training_loops_and_the_training_jobs_apart():
     assert line.startswith("1 run in 2 shards; their training loops took 5.5 s of the 11.5 s of training jobs")
     assert "11.5 s training jobs" in summary_line(tim.groupby("step", as_index=False)["seconds"].sum())
     assert "training jobs" not in trained_line(3, 1, 5.5, tim.iloc[:0], ["cpu"])
+
+
+def test_a_sentence_over_both_regimes_quotes_each_regimes_band():
+    """Issue 50: the time_vs_eps sentence covered both regimes and quoted the flat band only."""
+    from icl.report.headline import failing_claims
+    v = pd.DataFrame({"claim_id": "ldl.time_vs_eps", "model": "softmax_q", "scope": "setting",
+                      "group": ["flat, relative", "flat, attention", "sharp, relative"],
+                      "verdict": ["does not hold"] * 3, "against": None,
+                      "reason": ["the median β's interval [0.8, 1.1] lies outside the band [0, 0.25]",
+                                 "the median β's interval [0.7, 1.2] lies outside the band [0, 0.25]",
+                                 "the median β's interval [0.1, 0.3] lies outside the band [0.6, 1.4]"]})
+    (out,) = failing_claims(v)
+    assert "flat: the median β's interval [0.8, 1.1] lies outside the band [0, 0.25]" in out
+    assert "sharp: the median β's interval [0.1, 0.3] lies outside the band [0.6, 1.4]" in out
+    (one,) = failing_claims(v.iloc[:2])
+    assert "flat:" not in one and "[0, 0.25]" in one

@@ -217,6 +217,23 @@ def _commonest(reasons: pd.Series) -> tuple[str, int]:
     return _first_sentence(reasons[reasons.map(_pattern) == common].iloc[0]), n
 
 
+REGIME_WORDS = ("flat", "sharp")
+
+
+def _why_by_regime(fails: pd.DataFrame) -> str:
+    """The commonest reason of the failing rows; where they cover several regimes (their groups
+    name flat and sharp), each regime's own, so that the sentence quotes the band of every regime
+    it covers (issue 50: a sentence over both regimes quoted the flat band only)."""
+    groups = fails["group"].fillna("").astype(str)
+    regs = [r for r in REGIME_WORDS if groups.str.contains(rf"\b{r}\b").any()]
+    if len(regs) < 2:
+        return _commonest(fails["reason"])[0]
+    parts = [(r, _commonest(fails.loc[groups.str.contains(rf"\b{r}\b"), "reason"])[0]) for r in regs]
+    if len({w for _, w in parts}) == 1:
+        return parts[0][1]
+    return "; ".join(f"{r}: {w}" for r, w in parts if w)
+
+
 def failing_claims(verdicts: pd.DataFrame) -> list[str]:
     """One sentence per claim with a "does not hold" in any setting: per model, in how many of its
     testable settings (not-testable rows left out of the share) and which, then the commonest reason
@@ -238,7 +255,7 @@ def failing_claims(verdicts: pd.DataFrame) -> list[str]:
                      f"{len(bad)} of {testable} testable settings")
             every = [setting_of(x)[0] for x in m["group"]]
             parts.append(f"for {model} in {share} ({_where(bad, every)})")
-        why, _ = _commonest(fails["reason"])
+        why = _why_by_regime(fails)
         claim = claims.CLAIMS.get(claims.base_id(cid), "")
         split = against_text(fails)
         out.append(f"{cid} ({_first_sentence(claim, 120)}) does not hold " + "; ".join(parts)
