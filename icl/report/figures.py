@@ -349,7 +349,10 @@ def small_legends(fig) -> list[str]:
         else []
 
 
-def legend_below(ax, ncol: int = 3, fontsize: float = 7) -> None:
+LEGEND_SHARE = 0.3     # the most of a figure's height a legend below it takes before the figure grows
+
+
+def legend_below(ax, ncol: int = 3, fontsize: float = 7, handles: list | None = None) -> None:
     """The legend of a panel (or of several, `ax` a list: one legend for them all) in a strip under
     the figure, kept out of the panels by the layout, from the artists drawn with a label: it never
     covers data, lists nothing that is not drawn, and costs
@@ -362,6 +365,8 @@ def legend_below(ax, ncol: int = 3, fontsize: float = 7) -> None:
     for one in axes:
         for handle, label in zip(*one.get_legend_handles_labels()):
             entries.setdefault(label, handle)
+    for handle in handles or ():                                      # stand-ins: a kind of line named once
+        entries.setdefault(handle.get_label(), handle)
     if not entries:
         return
     labels, handles = list(entries), list(entries.values())
@@ -380,8 +385,12 @@ def legend_below(ax, ncol: int = 3, fontsize: float = 7) -> None:
         labels = ["\n".join(textwrap.fill(part, chars) for part in lab.split("\n")) for lab in labels]
         fig.legend(handles, labels, loc="lower center", ncol=1, fontsize=fontsize, frameon=False, borderaxespad=0.3)
     lines = sum(max(lab.count("\n") + 1 for lab in labels[i:i + n]) for i in range(0, len(labels), n))
-    strip = (lines * fontsize * 1.4 + 8) / 72 / fig.get_figheight()
-    fig.set_layout_engine("tight", rect=(0, strip, 1, 1))
+    height = max(lines * fontsize * 1.4 * fig.dpi / 72, fig.legends[-1].get_window_extent(renderer).height)
+    need = (height + 8 * fig.dpi / 72) / fig.dpi                # inches: the legend as drawn (its markers too), a gap
+    h = fig.get_figheight()
+    if need > LEGEND_SHARE * h:                                 # a long legend costs height, never the panels' room
+        fig.set_figheight((1 - LEGEND_SHARE) * h + need)
+    fig.set_layout_engine("tight", rect=(0, need / fig.get_figheight(), 1, 1))
 
 
 def thumbnail(png_b64: str) -> bytes:

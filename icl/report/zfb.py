@@ -60,7 +60,7 @@ def limit_curve(ax, d: pd.DataFrame, color, suffix: str, style: dict, floor: flo
     if g["th"].notna().all():
         ax.plot(g.index, g["th"].clip(floor), color=color, label=f"LSA limit (theory){suffix}", **style)
         return
-    lo, hi = (g["m"] - 2 * g["se"]).clip(lower=max(floor, 1e-300)), g["m"] + 2 * g["se"]
+    lo, hi = np.maximum(g["m"] - 2 * g["se"], np.maximum(floor, g["m"] / 10)), g["m"] + 2 * g["se"]
     ax.plot(g.index, g["m"].clip(floor), color=color, label=f"LSA limit (estimate on the test prompts ± 2 SE){suffix}",
             **{**style, "lw": min(style.get("lw", 1.0), 1.4)})
     ax.fill_between(g.index, lo, hi, color=color, alpha=0.18, lw=0)
@@ -81,6 +81,8 @@ def error_vs_length_figure(shift: pd.DataFrame, title: str = "") -> Figure:
     others_names = sorted(shift.loc[beyond, "predictor"].unique())
     for ax, (kind, c) in zip(axes.ravel(), cells):
         d = _cell(shift, kind, c)
+        others = d[~d["predictor"].isin(["ols", "ridge"])]["mse"]
+        floor = others[others > 0].min() / 3 if (others > 0).any() else 1e-12
         for N in Ns:
             # the theory wide and pale, dashed, under the trained LSA's thin line with its points:
             # where the two coincide (they should) both still show
@@ -89,9 +91,7 @@ def error_vs_length_figure(shift: pd.DataFrame, title: str = "") -> Figure:
                 ax.plot(g.index, g.values, color=pal[N], label=f"LSA trained, N={N}", ls="-", lw=1.1, marker="o", ms=3,
                         zorder=3)
             limit_curve(ax, d[(d["predictor"] == "lsa_limit") & (d["N"] == N)], pal[N], f", N={N}",
-                        dict(ls=(0, (3, 1.5)), lw=3.2, alpha=0.45, zorder=2))
-        others = d[~d["predictor"].isin(["ols", "ridge"])]["mse"]
-        floor = others[others > 0].min() / 3 if (others > 0).any() else 1e-12
+                        dict(ls=(0, (3, 1.5)), lw=3.2, alpha=0.45, zorder=2), floor=floor)
         named = with_N(d)           # a baseline on the test prompts of the largest N's runs, as the other models
         for pred, color in (("ols", "k"), ("nadaraya_watson", QUALITATIVE[1])):
             g = named[(named["predictor"] == pred) & (named["N"] == (Ns[-1] if Ns else None))].groupby("M")["mse"].median()
@@ -116,14 +116,9 @@ def error_vs_length_figure(shift: pd.DataFrame, title: str = "") -> Figure:
         ax.set_title(f"{kind}" + ("" if pd.isna(c) else f", c={c:g}"), fontsize=11)
     for ax in axes.ravel()[len(cells):]:
         ax.axis("off")
-    handles = {}                   # one legend for the whole grid, every series once
-    for ax in axes.ravel():
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(lab, h)
-    fig.set_layout_engine("tight", rect=(0, 0.9 / (3.4 * nrow + 0.9), 1, 1))   # room for the shared legend
-    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=3, fontsize=9, frameon=False)
     if title:
         fig.suptitle(title, fontsize=11)
+    legend_below(list(axes.ravel()[:len(cells)]), ncol=3, fontsize=9)   # one legend for the grid, every series once
     return png(fig)
 
 
@@ -302,6 +297,5 @@ def seed_figure(shift: pd.DataFrame, laws: list[tuple[str, pd.DataFrame]]) -> Fi
                 for n in names]
     handles += [plt.Line2D([], [], color="k", ls="--", label="LSA limit (theory; shaded: an estimate on the test prompts ± 2 SE)"),
                 plt.Line2D([], [], color="k", ls=":", label="OLS (exact for M ≥ d: drawn at the axis floor)")]
-    fig.set_layout_engine("tight", rect=(0, legend_in / (3.0 * len(laws) + legend_in), 1, 1))
-    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    legend_below(list(axes.ravel()), ncol=3, fontsize=8, handles=handles)
     return png(fig)
