@@ -39,7 +39,8 @@ def index_entry(name: str, description: str, results_dir: str) -> dict:
     if os.path.exists(head):               # written by the report beside the thumbnail
         with open(head) as fh:
             said = json.load(fh)
-    return {"name": name, "description": description, "runs": len(summary), "counts": counts, "per_run": per_run,
+    return {"name": name, "description": description, "runs": len(summary), "runs_said": claims.count(len(summary), "run"),
+            "counts": counts, "per_run": per_run,
             "learning": said.get("learning", ""), "finding": said.get("finding", ""),
             "against": report_headline.against_text(verdicts),
             "train_seconds": float(summary["train_seconds"].sum()),
