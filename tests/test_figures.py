@@ -797,3 +797,14 @@ def test_zfb_figures_lay_out_clean_for_every_config_shape(models, shifts, Ns, se
     for f in figs:
         if f:
             assert f.problems == [], f.problems
+
+
+def test_maps_carry_their_numbers_only_where_a_cell_can_hold_one():
+    """64×64 numbered cells were most of ldl_flow_K's report time and unreadable: numbers up to
+    NUMBERED_K features, ticks thinned to about ten past that."""
+    from icl.report.heads import NUMBERED_K, draw_map
+    for K, texts in ((4, 16), (NUMBERED_K, NUMBERED_K ** 2), (64, 0)):
+        fig, ax = plt.subplots()
+        draw_map(ax, pd.DataFrame(np.full((K, K), 1.0 / K)))
+        assert len(ax.texts) == texts and len(ax.get_xticks()) <= max(K, 10)
+        plt.close(fig)

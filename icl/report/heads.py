@@ -32,17 +32,24 @@ def last_layer(attn: pd.DataFrame) -> pd.DataFrame:
     return top.groupby(KEYS, as_index=False, sort=False)["attn"].mean()
 
 
+NUMBERED_K = 8       # a map's cells carry their numbers up to this many features
+
+
 def draw_map(ax, m: pd.DataFrame):
-    """One K×K map (rows: key feature, columns: query feature) with its numbers, coloured about
-    1/K: white is uniform attention (nothing learned), blue above it, red below."""
+    """One K×K map (rows: key feature, columns: query feature) coloured about 1/K: white is uniform
+    attention (nothing learned), blue above it, red below; with its numbers in the cells up to
+    NUMBERED_K features (past that a cell is too small to read one, and 64×64 numbers took most of
+    ldl_flow_K's report time), ticks thinned to about ten."""
     K = max(m.shape)
     norm = mcolors.TwoSlopeNorm(vmin=0.0, vcenter=1.0 / K, vmax=1.0)
     im = ax.imshow(m.to_numpy(), norm=norm, cmap="RdBu")      # plain imshow: a third of seaborn's time
-    for (i, j), v in np.ndenumerate(m.to_numpy()):
-        ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v > 0.75 else "black")
+    if K <= NUMBERED_K:
+        for (i, j), v in np.ndenumerate(m.to_numpy()):
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v > 0.75 else "black")
     ax.set_xlabel("query feature j")
-    ax.set_xticks(range(m.shape[1]), [str(int(c) + 1) for c in m.columns])
-    ax.set_yticks(range(m.shape[0]), [str(int(r) + 1) for r in m.index])
+    every = max(1, -(-K // 10))
+    ax.set_xticks(range(0, m.shape[1], every), [str(int(c) + 1) for c in m.columns[::every]])
+    ax.set_yticks(range(0, m.shape[0], every), [str(int(r) + 1) for r in m.index[::every]])
     return im
 
 
