@@ -808,3 +808,22 @@ def test_maps_carry_their_numbers_only_where_a_cell_can_hold_one():
         draw_map(ax, pd.DataFrame(np.full((K, K), 1.0 / K)))
         assert len(ax.texts) == texts and len(ax.get_xticks()) <= max(K, 10)
         plt.close(fig)
+
+
+def test_curves_on_each_other_are_said_to_be():
+    """Issue 50: in softmax_q's sharp panel L = 1, 1.5 and 2 lay on each other, three colours reading
+    as one. Curves within 2 % at every shared epoch: the later one's label names the curve it is on;
+    curves 5 % apart, or on other epochs, are left alone."""
+    from icl.report.figures import say_coinciding
+    x = np.arange(0, 400, 4)
+    y = 2.0 * np.exp(-x / 50) + 1e-3
+    rng = np.random.default_rng(0)
+    fig, ax = plt.subplots()
+    ax.plot(x, y, label="L=1")
+    ax.plot(x, y * (1 + 0.005 * rng.standard_normal(len(x))), label="L=1.5")
+    ax.plot(x, y * 1.05, label="L=2")
+    ax.plot(x[::2], y[::2], label="L=0.4")
+    ax.plot(x, y, label="_band")
+    assert say_coinciding(ax) == [("L=1", "L=1.5 (on L=1's curve)")]
+    assert [ln.get_label() for ln in ax.get_lines()][:4] == ["L=1", "L=1.5 (on L=1's curve)", "L=2", "L=0.4"]
+    plt.close(fig)

@@ -350,6 +350,25 @@ def small_legends(fig) -> list[str]:
 
 
 LEGEND_SHARE = 0.3     # the most of a figure's height a legend below it takes before the figure grows
+COINCIDE = 0.02        # two curves within this relative distance at every shared point are drawn on each other
+
+
+def say_coinciding(ax, rtol: float = COINCIDE) -> list[tuple[str, str]]:
+    """Curves of one panel that lie on each other (the same x, every y within `rtol`) cannot be told
+    apart by colour: the later one's legend label says whose curve it is on. Returns the pairs."""
+    lines = [ln for ln in ax.get_lines() if not ln.get_label().startswith("_") and len(ln.get_xdata()) >= 3]
+    pairs = []
+    for i, b in enumerate(lines):
+        xb, yb = np.asarray(b.get_xdata(), float), np.asarray(b.get_ydata(), float)
+        for a in lines[:i]:
+            xa, ya = np.asarray(a.get_xdata(), float), np.asarray(a.get_ydata(), float)
+            if xa.shape == xb.shape and np.array_equal(xa, xb) and (ya > 0).all() and (yb > 0).all() \
+                    and np.max(np.abs(np.log(yb / ya))) < np.log1p(rtol):
+                first = a.get_label().split(" (on ")[0]
+                b.set_label(f"{b.get_label()} (on {first}'s curve)")
+                pairs.append((first, b.get_label()))
+                break
+    return pairs
 
 
 def legend_below(ax, ncol: int = 3, fontsize: float = 7, handles: list | None = None) -> None:

@@ -25,7 +25,7 @@ from icl.report import headline as report_headline, heads as report_heads  # noq
 from icl.report import ldl as report_ldl, zfb as report_zfb  # noqa: E402
 from icl.report.settings import distinct_settings, setting_label, swept_columns  # noqa: E402
 from icl.report.figures import (MAX_PANEL_LINES, QUALITATIVE, REFERENCE, Figure, draw_all, later, legend_below,  # noqa: E402
-                                palette, png, report_layout, thumbnail)
+                                palette, png, report_layout, say_coinciding, thumbnail)
 from icl.files import atomic_path  # noqa: E402
 from icl.io import read_parquet  # noqa: E402
 from icl.report.html import TEMPLATES, write_text  # noqa: E402
@@ -135,6 +135,7 @@ def loss_figure(curves, runs, Ls, title, theory_curves=None, by: str = "L", test
             lines = [(f"{by}={L:g}", colours[float(L)], rows[rows[by] == L]) for L in values if (rows[by] == L).any()]
             per = per or (f" (a line per {', '.join(sub)}: no band)" if sub else "")
         drew |= _loss_panel(ax, curves, lines, by, test, theory_curves, reference, markers)
+        say_coinciding(ax)
         if not one:
             ax.set_title(name, fontsize=8)
         ax.set_yscale("log")
