@@ -13,7 +13,6 @@ import pandas as pd
 
 from icl import claims, fits, tasks
 from icl.claims import ldl as claims_ldl, zfb as claims_zfb
-from icl.claims.ldl.depth import depth
 from icl.io import read_parquet, read_plan, write_parquet
 from icl.provenance import stamp
 
@@ -35,7 +34,7 @@ def verdict_rows(experiment: str, exp: dict, tabs: dict) -> pd.DataFrame:
     if tasks.family(exp["task"]["kind"]).ldl:
         for m in tabs["runs"]["model"].unique():
             rows += claims_ldl.verdicts(tabs, m)
-        rows += depth(tabs["runs"], tabs["summary"])
+        rows += claims_ldl.depth(tabs["runs"], tabs["summary"])
     if len(tabs["shift"]):
         rows += claims_zfb.verdicts(tabs)
     return claims.table(experiment, rows)

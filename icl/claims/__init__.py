@@ -100,6 +100,11 @@ def of(k: int, n: int, noun: str) -> str:
     return f"{int(k)} of {count(n, noun)}"
 
 
+def every(n: int, noun: str) -> str:
+    """'the one run', 'all 3 runs'."""
+    return f"the one {noun}" if int(n) == 1 else f"all {count(n, noun)}"
+
+
 def fmt(x, nd: int = 3) -> str:
     """A number for a measurement sentence; '—' for a missing one."""
     return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{nd}g}"

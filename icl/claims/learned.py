@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from icl.claims import count
+from icl.claims import count, every
 
 LEARNED = 0.5         # a run has learned when it closed at least this share of the gap to its best reference
 
@@ -128,5 +128,5 @@ def gate(df: pd.DataFrame, criteria: list[Criterion] | tuple = (), extra: list[C
         return Gate(kept, 0, len(df))
     why = "; ".join(said)
     note = f"{n} of {count(len(df), 'run')} left out as not learned ({why})"
-    none = f"the model has not learned: {why} ({'the one run' if len(df) == 1 else f'all {len(df)} runs'})" if kept.empty else ""
+    none = f"the model has not learned: {why} ({every(len(df), 'run')})" if kept.empty else ""
     return Gate(kept, n, len(df), note, none)

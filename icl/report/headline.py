@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from icl import claims
+from icl.claims.ldl.identities import regime_of
 from icl.claims.learned import LEARNED, below
 
 SYMBOL = {claims.HOLDS: "✓", claims.FAILS: "✗", claims.UNSURE: "?", claims.NOT_TESTABLE: "–"}
@@ -217,18 +218,15 @@ def _commonest(reasons: pd.Series) -> tuple[str, int]:
     return _first_sentence(reasons[reasons.map(_pattern) == common].iloc[0]), n
 
 
-REGIME_WORDS = ("flat", "sharp")
-
-
 def _why_by_regime(fails: pd.DataFrame) -> str:
     """The commonest reason of the failing rows; where they cover several regimes (their groups
     name flat and sharp), each regime's own, so that the sentence quotes the band of every regime
     it covers (issue 50: a sentence over both regimes quoted the flat band only)."""
-    groups = fails["group"].fillna("").astype(str)
-    regs = [r for r in REGIME_WORDS if groups.str.contains(rf"\b{r}\b").any()]
+    regime = fails["group"].fillna("").astype(str).map(regime_of)
+    regs = [r for r in ("flat", "sharp") if (regime == r).any()]
     if len(regs) < 2:
         return _commonest(fails["reason"])[0]
-    parts = [(r, _commonest(fails.loc[groups.str.contains(rf"\b{r}\b"), "reason"])[0]) for r in regs]
+    parts = [(r, _commonest(fails.loc[regime == r, "reason"])[0]) for r in regs]
     if len({w for _, w in parts}) == 1:
         return parts[0][1]
     return "; ".join(f"{r}: {w}" for r, w in parts if w)

@@ -12,6 +12,7 @@ import seaborn as sns
 from icl import fits
 from icl.report.figures import QUALITATIVE, Figure, later, legend_below, palette, png
 from icl.report.settings import distinct_settings, label_order, setting_label
+from icl.claims.ldl.identities import regime_of
 from icl.theory import ldl
 
 
@@ -174,9 +175,10 @@ def untestable_regimes(verdicts, model: str, claim: str) -> dict[str, str]:
         return {}
     v = verdicts[(verdicts["model"] == model) & (verdicts["scope"] == "setting")
                  & verdicts["claim_id"].isin([claim, claim + ".ext"])]
+    regime = v["group"].astype(str).map(regime_of)
     out = {}
     for reg, _, _ in REGIMES:
-        mine = v[v["group"].astype(str).str.contains(reg)]
+        mine = v[regime == reg]
         mine = mine if len(mine) else v               # a row without a regime speaks for both
         if len(mine) and (mine["verdict"] == "not testable").all():
             out[reg] = f"the verdict table's {claim} rows say why"

@@ -284,7 +284,7 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
     if r.empty:
         mine = runs[runs["model"] == name]
         return {"name": name, "kind": mine["model_kind"].iloc[0], "optimizer": mine["optimizer"].iloc[0],
-                "split": f"{'the one run' if n_div == 1 else f'all {n_div} runs'} diverged: nothing to draw", "figures": [], "maps": [],
+                "split": f"{claims.every(n_div, 'run')} diverged: nothing to draw", "figures": [], "maps": [],
                 "theory_figures": []}
     curves = tables["curves"][tables["curves"]["run_id"].isin(r["run_id"])]
     figs = []

@@ -55,7 +55,7 @@ def limit_curve(ax, d: pd.DataFrame, color, suffix: str, style: dict, floor: flo
     noise and not as a prediction."""
     if d.empty:
         return
-    g = d.groupby("M").agg(th=("theory_mse", "median"), m=("mse", "mean"), n=("mse", "size"),
+    g = d.groupby("M").agg(th=("theory_mse", "median"), m=("mse", "mean"),
                            se=("mse_se", lambda x: float(np.sqrt((x.astype(float) ** 2).sum())) / max(len(x), 1)))
     if g["th"].notna().all():
         ax.plot(g.index, g["th"].clip(floor), color=color, label=f"LSA limit (theory){suffix}", **style)
