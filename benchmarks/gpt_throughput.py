@@ -17,8 +17,13 @@ them; the loop's with the same counter on its module), and that as a share of th
 matmul rate in the same precision (a batched matmul of the ensemble's largest shape: the rate its
 own form can reach) and of the card's dense bf16 rate (8192³ products).
 
-Shapes: `zfb` (zfb_gpt's recipe: 2 layers, 4 heads, width 64, d = 5, N = 20, 64 prompts a step),
-`s5` (the seed's §5 shape: 12 layers, 8 heads, width 256, d = 20, N = 40), `s5n100` (N = 100).
+Shapes: `zfb` (the default zfb_gpt's: 2 layers, 2 heads, width 32, d = 3, N = 10, 64 prompts a
+step), `zfb64` (4 heads, width 64, d = 5, N = 20: its shape before), `s5` (the seed's §5 shape: 12
+layers, 8 heads, width 256, d = 20, N = 40), `s5n100` (N = 100). The ensemble's `--compile`: no
+(eager), yes (compiled forward, backward and optimizer update), graphs (the same, the forward and
+backward replayed as CUDA graphs). `--profile` prints, for the last ensemble timed at each shape,
+where a step's time goes (torch.profiler over 10 steps: host time against device time, and the
+kernels that take most).
 
     .venv/bin/python benchmarks/gpt_throughput.py --device cpu --shapes zfb --runs 16 --steps 30
     python benchmarks/gpt_throughput.py --device cuda --shapes zfb --runs 64 --procs 8
@@ -49,7 +54,8 @@ from reference_models import GPTReference  # noqa: E402
 LOOP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "reference", "gpt_loop.py")
 LOOP = os.environ.get("GPT_LOOP", LOOP)     # the reference loop, where ../shared is not beside the checkout
 SHAPES = {   # layers, heads, width, d, N, prompts a step
-    "zfb": (2, 4, 64, 5, 20, 64),
+    "zfb": (2, 2, 32, 3, 10, 64),       # the default config's zfb_gpt
+    "zfb64": (2, 4, 64, 5, 20, 64),     # zfb_gpt before 2026-11-27 (config/zfb_gpt_cpu.yaml's width)
     "s5": (12, 8, 256, 20, 40, 64),
     "s5n100": (12, 8, 256, 20, 100, 64),
 }
@@ -127,13 +133,13 @@ def loop_flops(shape: str) -> float:
     return fc.get_total_flops()
 
 
-def time_ensemble(shape, runs, steps, precision, compiled, dev, tmp, mode=None) -> dict:
+def time_ensemble(shape, runs, steps, precision, compiled, dev, tmp, profile=False) -> dict:
     cfg = recipe(shape, runs, steps, precision, compiled)
     recs, paths = shard(cfg, tmp)
     sh = ShardTraining(recs, paths, dev)
     used = sh.model.precision
     flops = step_flops(sh)
-    did = compile_step(sh, compiled, "bench", **({"mode": mode} if mode else {})) if compiled else False
+    did = compile_step(sh, compiled, "bench") if compiled else False
     warm = 3
     for e in range(warm):
         sh.train_epoch(e)
@@ -144,8 +150,32 @@ def time_ensemble(shape, runs, steps, precision, compiled, dev, tmp, mode=None) 
     sync(dev)
     secs = time.perf_counter() - t
     rate = runs * (steps - warm) / secs
+    if profile:
+        where_the_step_goes(sh, steps, dev)
     return {"rate": rate, "tflops": flops * (steps - warm) / secs / 1e12, "precision": used, "compiled": did,
             "peak_mb": torch.cuda.max_memory_allocated() / 2**20 if dev.type == "cuda" else float("nan")}
+
+
+def where_the_step_goes(sh: ShardTraining, epoch0: int, dev, n: int = 10) -> None:
+    """torch.profiler over n steps: the host's time a step against the device's, and the kernels
+    (or, on a CPU, the operators) that take most of it."""
+    from torch.profiler import ProfilerActivity, profile
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    sync(dev)
+    t = time.perf_counter()
+    with profile(activities=acts) as prof:
+        for e in range(epoch0, epoch0 + n):
+            sh.train_epoch(e)
+        sync(dev)
+    wall = (time.perf_counter() - t) / n
+    ev = prof.key_averages()
+    key = "self_device_time_total" if dev.type == "cuda" else "self_cpu_time_total"
+    busy = sum(getattr(e, key) for e in ev) / n / 1e3
+    launches = sum(e.count for e in ev if dev.type == "cuda" and getattr(e, key) > 0) / n
+    print(f"   profile, {n} steps: {1e3 * wall:.2f} ms a step wall, {busy:.2f} ms busy on the "
+          f"{'device' if dev.type == 'cuda' else 'host'}" + (f", {launches:.0f} kernels a step" if dev.type == "cuda" else ""))
+    for e in sorted(ev, key=lambda e: -getattr(e, key))[:12]:
+        print(f"     {getattr(e, key) / n / 1e3:8.3f} ms  {e.count / n:6.1f}x  {e.key[:90]}")
 
 
 def time_loop(shape, setup_flags, procs, steps, runs_each, device, threads) -> float:
@@ -196,10 +226,11 @@ def main() -> None:
     p.add_argument("--loop-runs", type=int, default=2, help="runs each loop process trains one after another")
     p.add_argument("--precisions", nargs="+", default=None,
                    help="the ensemble's train.precision values (default: float32 on cpu; tf32 bf16 on cuda)")
-    p.add_argument("--compile", choices=["no", "yes", "both"], default=None,
-                   help="time the ensemble compiled, eager or both (default: both on cuda, no on cpu)")
-    p.add_argument("--compile-mode", default=None, help="torch.compile's mode for the ensemble (e.g. reduce-overhead: "
-                                                         "CUDA graphs of the forward and backward)")
+    p.add_argument("--compile", nargs="+", choices=["no", "yes", "graphs"], default=None,
+                   help="the ensemble's train.compile values timed (default: no yes graphs on cuda, no on cpu)")
+    p.add_argument("--profile", action="store_true", help="where the last ensemble's step goes, at each shape")
+    p.add_argument("--side-by-side-only", action="store_true",
+                   help="time the first loop set-up in --procs processes only (no single-process rows)")
     p.add_argument("--loop-setups", nargs="+", default=None, choices=[s for s, _ in LOOP_SETUPS],
                    help="the loop's set-ups (default: all on cuda; float32 on cpu)")
     a = p.parse_args()
@@ -207,7 +238,7 @@ def main() -> None:
     cuda = dev.type == "cuda"
     procs = a.procs or (8 if cuda else 2)
     precisions = a.precisions or (["tf32", "bf16"] if cuda else ["float32"])
-    compiles = {"no": [False], "yes": [True], "both": [False, True]}[a.compile or ("both" if cuda else "no")]
+    compiles = [{"no": False, "yes": True, "graphs": "graphs"}[c] for c in (a.compile or (["no", "yes", "graphs"] if cuda else ["no"]))]
     setups = [s for s in LOOP_SETUPS if s[0] in (a.loop_setups or ([s for s, _ in LOOP_SETUPS] if cuda else ["float32"]))]
     if not cuda:
         torch.set_num_threads(procs)      # the ensemble gets the cores the loop's processes get
@@ -231,7 +262,7 @@ def main() -> None:
             print(f"{'path':<34} {'runs':>5} {'run-steps/s':>12} {'TFLOP/s':>8} {'% own form':>10} {'% bf16 peak':>11}")
             fl = loop_flops(shape)
             best, rows = ("", [], 0.0), []
-            for label, flags in setups:
+            for label, flags in ([] if a.side_by_side_only else setups):
                 try:
                     rate = time_loop(shape, flags, 1, a.steps, a.loop_runs, a.device, 1)
                 except RuntimeError as e:
@@ -240,6 +271,8 @@ def main() -> None:
                 rows.append((f"loop, 1 process, {label}", a.loop_runs, rate, "bf16" if "bf16" in label else "float32"))
                 if rate > best[2]:
                     best = (label, flags, rate)
+            if a.side_by_side_only:
+                best = (*setups[0], 0.0)
             if procs > 1 and best[0]:
                 rate = time_loop(shape, best[1], procs, a.steps, a.loop_runs, a.device, 1)
                 rows.append((f"loop, {procs} processes, {best[0]}", procs * a.loop_runs, rate,
@@ -251,9 +284,10 @@ def main() -> None:
                       f"{100 * tf / peak.get('bf16', peak['float32']):>10.1f}%", flush=True)
             for precision in precisions:
                 for comp in compiles:
-                    r = time_ensemble(shape, a.runs, a.steps, precision, comp, dev, tmp, a.compile_mode)
+                    last = precision == precisions[-1] and comp == compiles[-1]
+                    r = time_ensemble(shape, a.runs, a.steps, precision, comp, dev, tmp, a.profile and last)
                     label = (f"ensemble, {r['precision']}{', compiled' if r['compiled'] else ''}"
-                             f"{' ' + a.compile_mode if r['compiled'] and a.compile_mode else ''}")
+                             f"{', CUDA graphs' if r['compiled'] and comp == 'graphs' else ''}")
                     dt = r["precision"] if r["precision"] in form else "float32"
                     print(f"{label:<34} {a.runs:>5} {r['rate']:>12.1f} {r['tflops']:>8.3g} "
                           f"{100 * r['tflops'] / form[dt]:>9.1f}% {100 * r['tflops'] / peak.get('bf16', peak['float32']):>10.1f}%"

@@ -21,28 +21,39 @@ STREAM_KIND = "icl.streams triple32 counter hash (integers equal on CPU and CUDA
 
 class FreshPrompts:
     """The fresh training prompts of an ensemble's runs: `specs` (their run specs, one shard's: one
-    token kind, d, K, N and train size), `features` (R, K, d) float32 of discrete tokens (else None)."""
+    d, K, N and train size; discrete tokens, or continuous ones of any mix of kinds: a fixed
+    covariance on some runs, random covariances on others), `features` (R, K, d) float32 of discrete
+    tokens (else None)."""
 
     def __init__(self, specs: list[dict], features, device):
         self.device, self.specs = device, specs
         self.seeds = [s["seed"] for s in specs]
-        tok = specs[0]["tokens"]
-        self.kind, self.d, self.P = tok["kind"], tok["d"], specs[0]["prompts"]["train"]
+        kinds = [s["tokens"]["kind"] for s in specs]
+        self.discrete = kinds[0] == "discrete"
+        if any((k == "discrete") != self.discrete for k in kinds):
+            raise ValueError("one ensemble mixes discrete and continuous tokens (icl.plan.shape_key keeps them apart)")
+        self.d, self.P = specs[0]["tokens"]["d"], specs[0]["prompts"]["train"]
         self.N = specs[0]["prompts"]["N"]
         t = lambda a: torch.as_tensor(np.asarray(a, dtype=np.float32), device=device)
         noise = [s["tokens"].get("noise") or 0.0 for s in specs]
         self.noise = t(noise).view(-1, 1, 1, 1) if any(noise) else None
-        if self.kind == "discrete":
+        self.scale = self.sqrt_eig = self.rot_t = self.random_rows = None
+        if self.discrete:
             self.features = features.to(device)
             cdf = np.stack([np.cumsum(feature_probs(s["tokens"]) / feature_probs(s["tokens"]).sum()) for s in specs])
             self.edges = torch.as_tensor(cdf[:, :-1] / cdf[:, -1:], dtype=torch.float64, device=device)
-        elif self.kind == "random_covariance":
-            self.scale = t([s["tokens"].get("scale", 1.0) for s in specs]).view(-1, 1, 1, 1)
-        else:
-            self.sqrt_eig = t([np.sqrt(eigenvalues(s["tokens"])) for s in specs]).view(len(specs), 1, 1, -1)
-            rots = [rotation(s["tokens"]) for s in specs]
-            self.rot_t = (t([np.eye(self.d) if R is None else R.T for R in rots]).unsqueeze(1)
-                          if any(R is not None for R in rots) else None)
+        else:                     # each run its own: random covariances on some, a fixed one on the others
+            random = [k == "random_covariance" for k in kinds]
+            if any(random):
+                self.scale = t([s["tokens"].get("scale", 1.0) if r else 1.0 for s, r in zip(specs, random)]).view(-1, 1, 1, 1)
+                if not all(random):
+                    self.random_rows = torch.as_tensor(random, device=device).view(-1, 1, 1, 1)
+            if not all(random):
+                self.sqrt_eig = t([np.ones(self.d) if r else np.sqrt(eigenvalues(s["tokens"]))
+                                   for s, r in zip(specs, random)]).view(len(specs), 1, 1, -1)
+                rots = [None if r else rotation(s["tokens"]) for s, r in zip(specs, random)]
+                self.rot_t = (t([np.eye(self.d) if R is None else R.T for R in rots]).unsqueeze(1)
+                              if any(R is not None for R in rots) else None)
         self.seed_t = torch.as_tensor(self.seeds, dtype=torch.int64, device=device)
         self._draw = self.draw_at
         by_kind: dict[str, list[int]] = {}
@@ -81,7 +92,7 @@ class FreshPrompts:
             for fam, ix, settings in self.tasks:
                 y[ix] = fam.draw_fresh(settings, x[ix], Stream(self.seed_t[ix], stream))
         out = {"x": x, "y": y, "feat": feat}
-        if self.kind == "discrete":
+        if self.discrete:
             out["features"] = self.features
         return out
 
@@ -89,7 +100,7 @@ class FreshPrompts:
         """Tokens x (R, P, T, d) and their feature index (−1 where tokens are continuous)."""
         P, T, d = shape
         R = len(self.seeds)
-        if self.kind == "discrete":
+        if self.discrete:
             u = st.uniform(TOKENS, (P, T), torch.float64)
             idx = (u.unsqueeze(-1) >= self.edges.view(R, 1, 1, -1)).sum(-1)
             x = self.features[torch.arange(R, device=self.device).view(R, 1, 1), idx]
@@ -97,10 +108,12 @@ class FreshPrompts:
                 x = x + self.noise * st.normal(NOISE, shape)
             return x, idx
         z = st.normal(TOKENS, shape)
-        if self.kind == "random_covariance":          # Λ_τ = diag(λ) per prompt, λ_i ~ scale·Exp(1)
-            x = z * torch.sqrt(self.scale * st.exponential(SCALES, (P, 1, d)))
-        else:
+        x = None
+        if self.sqrt_eig is not None:                 # a fixed covariance: x = R·diag(√λ)·z
             x = z * self.sqrt_eig
-            if self.rot_t is not None:                # x = R·diag(√λ)·z
+            if self.rot_t is not None:
                 x = x @ self.rot_t
+        if self.scale is not None:                    # random covariances: Λ_τ = diag(λ) per prompt, λ_i ~ scale·Exp(1)
+            xr = z * torch.sqrt(self.scale * st.exponential(SCALES, (P, 1, d)))
+            x = xr if x is None else torch.where(self.random_rows, xr, x)
         return x, torch.full((R, P, T), -1, dtype=torch.int64, device=self.device)

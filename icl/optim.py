@@ -27,8 +27,53 @@ def unflatten(flat: torch.Tensor, like: dict) -> dict:
     return {k: part.view(t.shape) for (k, t), part in zip(like.items(), parts)}
 
 
-class GD:
+def gd_update(p, g, lr, mask):
+    """One GD step of the runs in `mask`: p − lr·g (flat (R, total); lr (R, 1))."""
+    return torch.where(mask, p - lr * g, p)
+
+
+def adam_update(p, g, m, v, lr, mask, c1, c2, b1: float, b2: float, eps: float):
+    """One Adam step of the runs in `mask` (flat (R, total)), bias corrections c1, c2 given: new p, m, v."""
+    m1 = m.mul(b1).add(g, alpha=1 - b1)
+    v1 = v.mul(b2).addcmul(g, g, value=1 - b2)
+    upd = p - lr / c1 * m1 / ((v1 / c2).sqrt() + eps)
+    return torch.where(mask, upd, p), torch.where(mask, m1, m), torch.where(mask, v1, v)
+
+
+class _Flat:
+    """What GD and Adam share: the parameters kept as views of one flat (R, total) tensor, so a step
+    reads them without copying (flatten's copy only where the dict no longer holds those views:
+    a first step, a resume), and the update compiled into one fused kernel with the step (`compile`:
+    on a GPU a dozen passes over the parameters, moments and gradients become one)."""
+    update = None           # the kind's update function (the eager one unless compiled)
+
+    def __init__(self):
+        self._flat, self._views = None, {}
+        self._fused = None
+
+    def compile(self) -> None:
+        self._fused = torch.compile(type(self).update, dynamic=False)
+
+    def uncompile(self) -> None:
+        self._fused = None
+
+    def flat_params(self, params: dict) -> torch.Tensor:
+        if self._flat is not None and len(params) == len(self._views) and all(
+                params.get(k) is v for k, v in self._views.items()):
+            return self._flat
+        return flatten(params)
+
+    def keep(self, params: dict, flat: torch.Tensor) -> None:
+        self._views = unflatten(flat, params)
+        params.update(self._views)
+        self._flat = flat
+
+
+class GD(_Flat):
+    update = staticmethod(gd_update)
+
     def __init__(self, lr: torch.Tensor):
+        super().__init__()
         self.lr = lr
 
     def state(self) -> dict:
@@ -40,39 +85,54 @@ class GD:
     def step(self, params: dict, grads, active: torch.Tensor, lr: torch.Tensor | None = None) -> None:
         """`grads`: a dict like params, or already flattened (R, total)."""
         lr = (self.lr if lr is None else lr).unsqueeze(1)
-        p = flatten(params)
-        params.update(unflatten(torch.where(active.unsqueeze(1), p - lr * flatten(grads), p), params))
+        update = self._fused or gd_update
+        self.keep(params, update(self.flat_params(params), flatten(grads), lr, active.unsqueeze(1)))
 
 
-class Adam:
+class Adam(_Flat):
     """torch.optim.Adam's update (no weight decay), vectorized over runs, on all of a run's
     parameters at once (flattened; the moments are kept flat)."""
+    update = staticmethod(adam_update)
 
     def __init__(self, lr: torch.Tensor, betas=(0.9, 0.999), eps=1e-8):
+        super().__init__()
         self.lr, self.b1, self.b2, self.eps = lr, betas[0], betas[1], eps
         self.t = 0
         self.m = self.v = None
+        self._t = None          # the step count on the device, for the compiled update's bias corrections
+
+    def uncompile(self) -> None:
+        super().uncompile()
+        self._t = None
 
     def state(self) -> dict:
         return {"t": self.t, "m": self.m, "v": self.v}
 
     def load(self, state: dict) -> None:
         self.t, self.m, self.v = state["t"], state["m"], state["v"]
+        self._t = None
 
     def step(self, params: dict, grads, active: torch.Tensor, lr: torch.Tensor | None = None) -> None:
         """`grads`: a dict like params, or already flattened (R, total)."""
         lr = (self.lr if lr is None else lr).unsqueeze(1)
-        p, g = flatten(params), flatten(grads)
+        p, g = self.flat_params(params), flatten(grads)
         if self.m is None:
             self.m, self.v = torch.zeros_like(p), torch.zeros_like(p)
-        self.t += 1
-        c1, c2 = 1 - self.b1 ** self.t, 1 - self.b2 ** self.t
-        mask = active.unsqueeze(1)
-        m = self.m.mul(self.b1).add(g, alpha=1 - self.b1)
-        v = self.v.mul(self.b2).addcmul(g, g, value=1 - self.b2)
-        self.m, self.v = torch.where(mask, m, self.m), torch.where(mask, v, self.v)
-        upd = p - lr / c1 * m / ((v / c2).sqrt() + self.eps)
-        params.update(unflatten(torch.where(mask, upd, p), params))
+        t = self.t + 1              # counted once the update is made (a compile that fails leaves the state as it was)
+        if self._fused is None:     # the bias corrections as Python numbers, as torch.optim.Adam
+            c1, c2 = 1 - self.b1 ** t, 1 - self.b2 ** t
+            update = adam_update
+        else:                       # as tensors on the device: a number that changes every step would recompile
+            if self._t is None:
+                self._t = torch.full((), float(self.t), dtype=torch.float64, device=p.device)
+            tt = self._t + 1
+            c1, c2 = (1 - self.b1 ** tt).float(), (1 - self.b2 ** tt).float()
+            update = self._fused
+        new, self.m, self.v = update(p, g, self.m, self.v, lr, active.unsqueeze(1), c1, c2, self.b1, self.b2, self.eps)
+        self.t = t
+        if self._fused is not None:
+            self._t = tt
+        self.keep(params, new)
 
 
 def build(kind: str, lr: torch.Tensor):

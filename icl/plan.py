@@ -37,12 +37,16 @@ def identity(spec: dict) -> dict:
 
 
 def shape_key(spec: dict) -> dict:
-    """Runs that agree on this have identical tensor shapes and one optimizer: one ensemble."""
+    """Runs that agree on this have identical tensor shapes and one optimizer: one ensemble. Of the
+    tokens only what changes the step's shapes counts: discrete or continuous (features, K), d, and
+    noise; continuous kinds (a fixed covariance, random covariances) and their settings train side by
+    side, each run drawing its own (icl.fresh), so a sweep over them is one shard, not one a kind."""
     model = {k: v for k, v in spec["model"].items() if k not in ("lr", "lr_ref", "name")}
     tok = spec["tokens"]
     return {
         "model": model,
-        "tokens": {"kind": tok["kind"], "d": tok["d"], "K": tok.get("K"), "noise": bool(tok.get("noise"))},
+        "tokens": {"discrete": tok["kind"] == "discrete", "d": tok["d"], "K": tok.get("K"),
+                   "noise": bool(tok.get("noise"))},
         "prompts": spec["prompts"],
         "train": spec["train"],
     }

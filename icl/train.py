@@ -333,7 +333,8 @@ class ShardTraining:
             "diverged_at": self.logs.diverged_at, "seconds": np.asarray(elapsed), "device": np.asarray(str(dev)),
             "device_name": np.asarray(torch.cuda.get_device_name(dev) if dev.type == "cuda" else _cpu_name()),
             "threads": np.asarray(torch.get_num_threads()), "precision": np.asarray(self.model.precision),
-            "compiled": np.asarray("_compiled" in self.model.__dict__),
+            "compiled": np.asarray(("graphs" if self.model.__dict__.get("_graphs") else "yes")
+                                   if "_compiled" in self.model.__dict__ else ""),
             "fresh_stream": np.asarray(STREAM_KIND if self.fresh is not None else ""),
             "code_version": np.asarray(code_version()), "code_hash": np.asarray(code_hash()),
             **self.logs.arrays,
@@ -443,13 +444,15 @@ def train_ensemble(runs: list[dict], data_paths: dict, out_path: str, dev, threa
     return out
 
 
-def compile_step(sh: ShardTraining, want: bool, label: str, **options) -> bool:
-    """torch.compile the model's forward and loss, and the fresh prompts' draw, where `want`
-    (train.compile; absent: on CUDA). `options` go to torch.compile (mode, ...)."""
+def compile_step(sh: ShardTraining, want, label: str) -> bool:
+    """torch.compile the model's forward and loss, the optimizer's update and the fresh prompts'
+    draw, where `want` (train.compile: True, or "graphs" for CUDA graphs of the forward and
+    backward; absent: on CUDA)."""
     if not want:
         return False
     try:
-        sh.model.compile(**options)
+        sh.model.compile(graphs=want == "graphs")
+        sh.opt.compile()
         if sh.fresh is not None:
             sh.fresh.compile()
     except Exception as e:          # no compiler backend here: eager, and say why
@@ -469,6 +472,7 @@ def first_compiled_epoch(sh: ShardTraining, epoch: int, label: str) -> bool:
         print(f"[{label}] compiling the step failed ({type(e).__name__}: {str(e).splitlines()[0][:300]}); "
               "training eagerly", file=sys.stderr, flush=True)
         sh.model.uncompile()
+        sh.opt.uncompile()
         if sh.fresh is not None:
             sh.fresh.uncompile()
         sh.train_epoch(epoch)

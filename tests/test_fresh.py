@@ -152,6 +152,24 @@ def test_random_covariances_follow_the_per_prompt_law():
     assert abs(float(r)) < 5 / math.sqrt(n)
 
 
+def test_one_ensemble_of_mixed_covariance_kinds_draws_each_run_as_alone():
+    """Runs that differ only in their continuous tokens' kind train in one shard (icl.plan.shape_key):
+    each run's prompts there are bit for bit those it draws in a shard of its own kind."""
+    kinds = [{"kind": "gaussian", "d": 3, "covariance": {"eigenvalues": [3.0, 1.0, 0.25], "rotation_seed": 4}},
+             {"kind": "random_covariance", "d": 3, "scale": 2.0}, {"kind": "gaussian", "d": 3},
+             {"kind": "random_covariance", "d": 3}]
+    alone = [_specs(tok, {"kind": "linear"}, N=6, P=5, seeds=(i,))[0] for i, tok in enumerate(kinds)]
+    mixed = FreshPrompts(alone, None, CPU).draw(4)
+    for i, spec in enumerate(alone):
+        own = FreshPrompts([spec], None, CPU).draw(4)
+        for key in ("x", "y", "feat"):
+            torch.testing.assert_close(mixed[key][i], own[key][0], rtol=0, atol=0, msg=f"run {i} {key}")
+    raw = {"experiments": {"f": {"tokens": kinds[2], "task": {"kind": "linear"}, "prompts": {"N": 6, "train": 5, "test": 4},
+                                 "models": [{"name": "m", "kind": "lsa", "optimizer": "adam", "lr": 1e-2}],
+                                 "train": {"epochs": 1, "fresh": True}, "sweep": {"tokens": kinds, "seed": [0, 1]}}}}
+    assert len({r.shard for r in plan(validate(raw), "f")}) == 1
+
+
 def test_discrete_tokens_and_cosine_labels():
     """Non-uniform feature frequencies within 5 standard errors of p_k; x is its feature's row; the
     cosine's labels are bounded by L/c, with E[y²] = (L/c)²/2 (φ uniform) and, for two tokens of
@@ -234,6 +252,29 @@ def test_a_run_trains_the_same_in_shards_of_other_composition(tmp_path):
     for key in ("trace_train_loss", "train_loss", "test_loss", "param_attn_w"):
         np.testing.assert_allclose(apart[key][0], together[key][2], rtol=1e-5, atol=1e-7, err_msg=key)
         np.testing.assert_allclose(apart[key][1], together[key][0], rtol=1e-5, atol=1e-7, err_msg=key)
+
+
+def test_a_shard_of_both_covariance_kinds_trains_each_run_as_its_own_kinds_shard(tmp_path):
+    """zfb_gpt's sweep over fixed and random covariances is one shard since the kinds share a step's
+    shapes: every run's logged numbers are, bit for bit, those of the shards split by kind."""
+    raw = copy.deepcopy(GPT)
+    raw["experiments"]["g"]["sweep"] = {"tokens": [{"kind": "gaussian", "d": 3},
+                                                   {"kind": "random_covariance", "d": 3, "scale": 2.0}], "seed": [0, 1]}
+    runs = plan(validate(raw), "g")
+    assert len({r.shard for r in runs}) == 1
+    paths = {}
+    for r in runs:
+        paths[r.data_id] = str(tmp_path / f"{r.data_id}.npz")
+        write_dataset(r.data_spec, paths[r.data_id])
+    recs = [{"run_id": r.run_id, "data_id": r.data_id, "spec": r.spec} for r in runs]
+    together = train_shard(recs, paths, str(tmp_path / "all.npz"))
+    row = {str(r): i for i, r in enumerate(together["run_id"])}
+    for kind in ("gaussian", "random_covariance"):
+        part = [r for r in recs if r["spec"]["tokens"]["kind"] == kind]
+        apart = train_shard(part, paths, str(tmp_path / f"{kind}.npz"))
+        for j, r in enumerate(apart["run_id"]):
+            for key in ["trace_train_loss", "train_loss", "test_loss"] + [k for k in apart if k.startswith("param_")]:
+                np.testing.assert_array_equal(apart[key][j], together[key][row[str(r)]], err_msg=f"{kind} {key}")
 
 
 def test_a_shard_in_chunks_equals_it_whole(tmp_path, monkeypatch):
@@ -409,14 +450,17 @@ def test_bf16_beside_a_kind_without_blocks_trains_that_kind_at_the_devices_defau
 
 
 @pytest.mark.slow
-def test_compiled_step_equals_eager(tmp_path):
-    """torch.compile of the GPT's forward and loss (inductor, on the CPU: about a minute to
-    compile) gives the eager losses over 12 steps, and the shard says it was compiled."""
+@pytest.mark.parametrize("mode", [True, "graphs"])
+def test_compiled_step_equals_eager(tmp_path, mode):
+    """torch.compile of the GPT's forward and loss and of Adam's update (inductor, on the CPU: about
+    a minute to compile) gives the eager losses over 12 steps, and the shard says how it was compiled.
+    `graphs` (CUDA graphs of the forward and backward on a GPU) is, on a CPU, the compiled step:
+    the same numbers, through the same path a GPU takes (the clones of the graphs' outputs)."""
     recs, paths = _gpt(tmp_path)
     eager = train_shard(recs, paths, str(tmp_path / "eager.npz"))
-    recs_c, _ = _gpt(tmp_path, compile=True)
+    recs_c, _ = _gpt(tmp_path, compile=mode)
     assert [r["run_id"] for r in recs_c] == [r["run_id"] for r in recs]      # the same runs, another path
     comp = train_shard(recs_c, paths, str(tmp_path / "compiled.npz"))
-    assert bool(comp["compiled"]) and not bool(eager["compiled"])
+    assert str(comp["compiled"]) == ("graphs" if mode == "graphs" else "yes") and not bool(eager["compiled"])
     for key in ("trace_train_loss", "test_loss", "param_attn_w"):
         np.testing.assert_allclose(comp[key], eager[key], rtol=2e-4, atol=1e-6, err_msg=key)

@@ -358,10 +358,15 @@ class Model:
         """loss (R,), gradients, and what the forward saw (its attention), from one forward:
         autograd through `predict` (the block, the LSA, the GPT); the forward and the loss compiled
         where `compile` was called (autograd then runs the compiled backward)."""
+        graphs = self.__dict__.get("_graphs", False)
+        if graphs:                  # a new iteration: the graphs' outputs of the last one may be overwritten
+            torch.compiler.cudagraph_mark_step_begin()
         with torch.enable_grad():
             leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
             loss, pred, a = self._forward_loss(leaves, batch)
             grads = torch.autograd.grad(loss.sum(), list(leaves.values()))
+        if graphs:                  # ours to keep past the next replay (the gradients are flattened, a copy, at once)
+            loss, pred, a = loss.clone(), pred.clone(), None if a is None else a.clone()
         self.step_query_loss = self.query_loss(pred.detach(), batch)
         return loss.detach(), dict(zip(leaves, grads)), None if a is None else a.detach()
 
@@ -374,13 +379,17 @@ class Model:
     def _forward_loss(self):
         return self.__dict__.get("_compiled") or self.forward_loss
 
-    def compile(self, **options) -> None:
+    def compile(self, graphs: bool = False) -> None:
         """Train through torch.compile of `forward_loss` (one graph per prompt shape: a curriculum
-        stage compiles once). Raises what torch raises when it cannot; the caller falls back."""
-        self._compiled = torch.compile(self.forward_loss, dynamic=False, **options)
+        stage compiles once); `graphs`: its forward and backward replayed as CUDA graphs (mode
+        reduce-overhead; torch leaves a CPU's step as plain compiled code). Raises what torch raises
+        when it cannot; the caller falls back."""
+        self._compiled = torch.compile(self.forward_loss, dynamic=False, **({"mode": "reduce-overhead"} if graphs else {}))
+        self._graphs = graphs
 
     def uncompile(self) -> None:
         self.__dict__.pop("_compiled", None)
+        self.__dict__.pop("_graphs", None)
 
     bf16_blocks = False         # `train.precision: bf16` autocasts the kind's inner blocks (kinds that say so)
 
