@@ -150,8 +150,8 @@ def time_ensemble(shape, runs, steps, precision, compiled, dev, tmp, profile=Fal
     sync(dev)
     secs = time.perf_counter() - t
     rate = runs * (steps - warm) / secs
-    if profile:
-        where_the_step_goes(sh, steps, dev)
+    if profile:                 # past the last logged epoch (`steps`): steps alone, as between logs
+        where_the_step_goes(sh, steps + 1, dev)
     return {"rate": rate, "tflops": flops * (steps - warm) / secs / 1e12, "precision": used, "compiled": did,
             "peak_mb": torch.cuda.max_memory_allocated() / 2**20 if dev.type == "cuda" else float("nan")}
 

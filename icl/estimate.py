@@ -35,12 +35,13 @@ CALIBRATION_EPOCHS = 3
 TIMED_S, MAX_EPOCHS = 1.0, 50   # a cheap shape is timed over about a second of epochs (their median), not one:
                                 # one timed step of a one-run GPT shard is one sample of a noisy machine
 # Without a CUDA device to time on: matmul FLOP/s by precision, of the GPT ensemble at the seed's §5
-# shape on one H100 80GB (benchmarks/gpt_throughput.py, 2026-11-25, compiled: tf32 50.7, bf16 98;
-# float32 from issue 34's measurement, 80 run-steps/s at ~0.31 TFLOP a run-step), and the least a
-# step took there (zfb_gpt's shape, 64 runs, tf32 compiled: 2,791 run-steps/s, 23 ms a step), which
-# no smaller step undercuts: kernel launches and elementwise work, not FLOPs, bound it.
-GPU_FLOP_RATE = {"float32": 25e12, "tf32": 50e12, "bf16": 98e12}
-GPU_STEP_FLOOR_S = 0.023
+# shape on one H100 80GB (benchmarks/gpt_throughput.py, 32 runs, compiled: bf16 117 on 2026-11-27,
+# tf32 50.7 on 2026-11-25; float32 from issue 34's measurement, 80 run-steps/s at ~0.31 TFLOP a
+# run-step), and the least a step took there (the default zfb_gpt's shape, 256 runs, bf16 compiled:
+# 26,944 run-steps/s, 9.5 ms a step, 2026-11-27), which no smaller step undercuts: kernel launches
+# and elementwise work, not FLOPs, bound it.
+GPU_FLOP_RATE = {"float32": 25e12, "tf32": 50e12, "bf16": 117e12}
+GPU_STEP_FLOOR_S = 0.0095
 SMALL = 4             # prompts of the first, cheapest timing
 BUDGET_S = 5.0        # seconds of training a shape's calibration may take beyond its first run
 

@@ -431,9 +431,9 @@ def test_a_precision_per_device_trains_in_this_devices_entry(tmp_path):
     float32 and says float32; {cpu: bf16} autocasts here and says bf16."""
     recs, paths = _gpt(tmp_path, epochs=8, log_every=4, checkpoint_every=100)
     at = lambda p: [{**r, "spec": {**r["spec"], "train": {**r["spec"]["train"], "precision": p}}} for r in recs]
-    f32 = train_shard(recs, paths, str(tmp_path / "f32.npz"))
-    cuda_only = train_shard(at({"cpu": "float32", "cuda": "bf16"}), paths, str(tmp_path / "cuda_only.npz"))
-    here = train_shard(at({"cuda": "tf32", "cpu": "bf16"}), paths, str(tmp_path / "here.npz"))
+    f32 = train_shard(recs, paths, str(tmp_path / "f32.npz"), device="cpu")       # on the CPU on any machine
+    cuda_only = train_shard(at({"cpu": "float32", "cuda": "bf16"}), paths, str(tmp_path / "cuda_only.npz"), device="cpu")
+    here = train_shard(at({"cuda": "tf32", "cpu": "bf16"}), paths, str(tmp_path / "here.npz"), device="cpu")
     assert (str(f32["precision"]), str(cuda_only["precision"]), str(here["precision"])) == ("float32", "float32", "bf16")
     np.testing.assert_array_equal(cuda_only["trace_train_loss"], f32["trace_train_loss"])
     assert not np.array_equal(here["trace_train_loss"], f32["trace_train_loss"])
@@ -441,10 +441,11 @@ def test_a_precision_per_device_trains_in_this_devices_entry(tmp_path):
 
 def test_bf16_beside_a_kind_without_blocks_trains_that_kind_at_the_devices_default(tmp_path):
     """ZFB §5's GPT beside the trained LSA: bf16 autocasts the GPT's blocks; the LSA's shard, with
-    nothing to autocast, trains in the device's default (float32 here) and its record says so."""
+    nothing to autocast, trains in the device's default (a CPU's float32: the test trains on the CPU
+    on any machine) and its record says so."""
     recs, paths = _gpt(tmp_path, also=[{"name": "lsa", "kind": "lsa", "optimizer": "adam", "lr": 1e-2}], seeds=[0],
                        precision="bf16")
-    said = {r["spec"]["model"]["kind"]: str(train_shard([r], paths, str(tmp_path / f"{r['run_id']}.npz"))["precision"])
+    said = {r["spec"]["model"]["kind"]: str(train_shard([r], paths, str(tmp_path / f"{r['run_id']}.npz"), device="cpu")["precision"])
             for r in recs}
     assert said == {"gpt": "bf16", "lsa": "float32"}
 
