@@ -348,8 +348,8 @@ def test_report_figures_on_synthetic_tables_read_clean():
 
 
 def test_thumbnail_is_small_and_key_figure_follows_the_headline():
-    """The index's thumbnail: a PNG 400 px wide of a few KB; for a model the headline calls not
-    learned, its own loss figure (which draws uniform attention's level) rather than another's."""
+    """The index's thumbnail: a PNG at most THUMB_WIDTH px wide of a few KB; for a model the headline
+    calls not learned, its own loss figure (which draws uniform attention's level) rather than another's."""
     from PIL import Image
     from icl.report.figures import THUMB_WIDTH, thumbnail
     from icl.report.page import key_figure
@@ -364,6 +364,36 @@ def test_thumbnail_is_small_and_key_figure_follows_the_headline():
     assert key_figure(sections, {"figures": [z]}, [{"model": "stuck", "status": "not learned"}]) is b
     sections[1]["key"] = c = later(line_figure, 4.0)           # its attention against 1/K, where it has one
     assert key_figure(sections, {"figures": [z]}, [{"model": "stuck", "status": "not learned"}]) is c
+
+
+def test_a_thumbnail_of_many_panels_shows_one_and_a_legend_legible_at_its_size():
+    """Eight panels with a legend below them all (zfb_fixed's key figure): the thumbnail is the first
+    panel at two thirds of its size or more, and the legend's entries drawn again in columns that fit,
+    at the figure's own font size (so at least MIN_LEGEND_PX high as shown), every entry in it.
+    The whole figure shrunk to the thumbnail's width, as before, fails both."""
+    from PIL import Image
+    from icl.report.figures import MIN_LEGEND_PX, THUMB_WIDTH, legend_below, thumbnail
+    fig, axes = plt.subplots(4, 2, figsize=(9, 12))
+    labels = [f"LSA trained, N={n}" for n in (10, 20, 40)] + [f"LSA limit (theory), N={n}" for n in (10, 20, 40)] \
+        + ["ols, N=40 (exact for M >= d: drawn at the axis floor)", "uniform attention (the labels' mean)"]
+    for ax in axes.flat:
+        for i, lab in enumerate(labels):
+            ax.plot([1, 10, 100], np.array([3.0, 2.0, 1.0]) * (i + 1), label=lab)
+        ax.set_title("none")
+    legend_below(list(axes.flat), fontsize=9)
+    drawn = png(fig)
+    png_b64 = str(drawn)
+    whole = Image.open(io.BytesIO(base64.b64decode(png_b64)))
+    box, legend = drawn.key_boxes
+    panel_w = box[2] - box[0]
+    leg = Image.open(io.BytesIO(base64.b64decode(legend)))
+    assert leg.width <= THUMB_WIDTH and 9 * 110 / 72 >= MIN_LEGEND_PX       # drawn at 9 pt, 110 dpi, not shrunk
+    assert leg.height > len(labels) / 3 * 9 * 110 / 72                        # every entry, in at most 3 columns
+    thumb = Image.open(io.BytesIO(thumbnail(png_b64, drawn.key_boxes)))
+    assert thumb.width <= THUMB_WIDTH and min(1.0, THUMB_WIDTH / panel_w) >= 2 / 3
+    assert thumb.height >= leg.height + (box[3] - box[1]) * min(1.0, THUMB_WIDTH / panel_w) - 2
+    shrunk = THUMB_WIDTH / whole.width                                        # the old thumbnail's scale
+    assert shrunk < 2 / 3 and 9 * 110 / 72 * shrunk < MIN_LEGEND_PX
 
 
 def test_no_uniform_level_against_an_objective_over_every_position():

@@ -256,7 +256,10 @@ def test_a_run_trains_the_same_in_shards_of_other_composition(tmp_path):
 
 def test_a_shard_of_both_covariance_kinds_trains_each_run_as_its_own_kinds_shard(tmp_path):
     """zfb_gpt's sweep over fixed and random covariances is one shard since the kinds share a step's
-    shapes: every run's logged numbers are, bit for bit, those of the shards split by kind."""
+    shapes: every run's prompts are bit for bit those of the shards split by kind, and its logged
+    numbers those of the split shards to float32's rounding (a CPU's batched matmuls may round
+    otherwise at another number of runs, as in test_a_run_trains_the_same_in_shards_of_other_composition;
+    the default zfb_gpt's GPTs moved by at most 5e-6 relative when its shards merged, its LSA not at all)."""
     raw = copy.deepcopy(GPT)
     raw["experiments"]["g"]["sweep"] = {"tokens": [{"kind": "gaussian", "d": 3},
                                                    {"kind": "random_covariance", "d": 3, "scale": 2.0}], "seed": [0, 1]}
@@ -274,7 +277,8 @@ def test_a_shard_of_both_covariance_kinds_trains_each_run_as_its_own_kinds_shard
         apart = train_shard(part, paths, str(tmp_path / f"{kind}.npz"))
         for j, r in enumerate(apart["run_id"]):
             for key in ["trace_train_loss", "train_loss", "test_loss"] + [k for k in apart if k.startswith("param_")]:
-                np.testing.assert_array_equal(apart[key][j], together[key][row[str(r)]], err_msg=f"{kind} {key}")
+                np.testing.assert_allclose(apart[key][j], together[key][row[str(r)]], rtol=1e-5, atol=1e-7,
+                                           err_msg=f"{kind} {key}")
 
 
 def test_a_shard_in_chunks_equals_it_whole(tmp_path, monkeypatch):

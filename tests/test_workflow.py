@@ -1,5 +1,8 @@
 """End to end: snakemake on a tiny config in a temporary directory; tables and report read back."""
 import base64
+import copy
+import json
+import os
 import re
 import subprocess
 import sys
@@ -413,3 +416,29 @@ def test_runs_table_has_a_column_per_swept_setting(finished):
     assert len(rows) == 8
     for k, col in enumerate(head):
         assert any(r[k] != "—" for r in rows), col
+
+
+def test_a_planner_that_groups_runs_otherwise_rewrites_the_plan(tmp_path):
+    """An upgrade of icl whose planner groups runs into other shards (here every seed its own, put in
+    by a site hook in every Python process) rewrites plan.json and trains the new shards, where the
+    train jobs would otherwise ask for shards the old plan lacks and fail."""
+    from conftest import TINY
+    cfg = copy.deepcopy(TINY)
+    cfg["experiments"]["tiny"]["models"] = cfg["experiments"]["tiny"]["models"][:1]      # softmax_q alone
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(cfg))
+    args = ("--cores", "2", "--configfile", str(tmp_path / "tiny.yaml"))
+    res = snakemake(tmp_path, *args)
+    assert res.returncode == 0, res.stderr[-3000:]
+    plan = lambda: json.loads((tmp_path / "results/tiny/plan.json").read_text())["runs"]
+    assert len({r["shard"] for r in plan()}) == 1
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text("import icl.plan as p\n_key = p.shape_key\n"
+                                           "p.shape_key = lambda spec: {**_key(spec), 'seed': spec['seed']}\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), *args]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    shards = {r["shard"] for r in plan()}
+    assert len(shards) == 2 and all((tmp_path / f"results/tiny/shards/{s}.npz").exists() for s in shards)
+    assert len(pd.read_parquet(tmp_path / "results/tiny/summary.parquet")) == 4

@@ -23,7 +23,7 @@ from icl.parallel import Forked  # noqa: E402
 
 QUALITATIVE = sns.color_palette("colorblind")   # for unordered things (models, features, baselines)
 REFERENCE = dict(color="0.45", ls=(0, (4, 2, 1, 2)), lw=1.0)   # a reference level: what "nothing learned" reads
-THUMB_WIDTH = 400     # px of the index's copy of a key figure (shown 300 px wide)
+THUMB_WIDTH = 480     # px of the index's copy of a key figure, shown at that size
 THUMB_COLOURS = 64    # its palette: ten thumbnails stay well under the index's 300 KB
 
 
@@ -66,6 +66,7 @@ class Figure:
         self._png = self._csv = None
         self.problems: list[str] = []       # layout_problems of the drawn figure
         self.title = ""                     # its title(s), the image's alt text
+        self.key_boxes: list = []           # its first panel's box in the PNG and its legends redrawn (thumbnail)
 
     def __str__(self) -> str:
         if self._png is None:
@@ -87,22 +88,23 @@ class Figure:
         (DecompressionStream, the page's inline script) when its link is clicked."""
         return base64.b64encode(gzip.compress(base64.b64decode(self.csv), compresslevel=9, mtime=0)).decode()
 
-    def render(self) -> tuple[str, str, list[str], str]:
-        """(base64 PNG, base64 CSV, layout problems, title), built first if made `later`; ("", "", [],
-        "") if nothing to draw."""
+    def render(self) -> tuple:
+        """(base64 PNG, base64 CSV, layout problems, title, key boxes), built first if made `later`;
+        ("", "", [], "", []) if nothing to draw."""
         fig = self.fig
         if self.build is not None:
             made = self.build()
             if made is None:
-                return "", "", [], ""
+                return "", "", [], "", []
             fig = made.fig
         try:
             return _drawn(fig)
         finally:
             plt.close(fig)      # long reports do not pile up figures
 
-    def done(self, png_b64: str, csv_b64: str, problems: list[str] = (), title: str = "") -> None:
+    def done(self, png_b64: str, csv_b64: str, problems: list[str] = (), title: str = "", key_boxes=()) -> None:
         self._png, self._csv, self.problems, self.title = png_b64, csv_b64, list(problems), title
+        self.key_boxes = [tuple(b) if isinstance(b, (list, tuple)) else b for b in key_boxes]
         if self.fig is not None:
             plt.close(self.fig)
 
@@ -167,8 +169,9 @@ def title_of(fig) -> str:
     return " ".join(text.split()) or "an untitled figure"
 
 
-def _drawn(fig) -> tuple[str, str, list[str], str]:
-    """(base64 PNG, base64 CSV of the drawn rows, layout problems, title) of a figure, tidied first."""
+def _drawn(fig) -> tuple:
+    """(base64 PNG, base64 CSV of the drawn rows, layout problems, title, key boxes) of a figure,
+    tidied first."""
     buf = io.BytesIO()
     if fig.get_layout_engine() is None:     # laid out once as it is drawn; bbox_inches="tight" draws twice
         fig.set_layout_engine("tight")
@@ -177,7 +180,41 @@ def _drawn(fig) -> tuple[str, str, list[str], str]:
     fig.savefig(buf, format="png", dpi=110)     # not "figure": that is the dpi the figure was made with
     return (base64.b64encode(buf.getvalue()).decode(),
             base64.b64encode(drawn_rows(fig).to_csv(index=False, float_format="%.6g").encode()).decode(),
-            layout_problems(fig), title_of(fig))
+            layout_problems(fig), title_of(fig), key_boxes(fig))
+
+
+def key_boxes(fig) -> list:
+    """What the index's thumbnail shows of a figure (thumbnail): the PNG's box (left, top, right,
+    bottom in pixels) of the first panel with its title, ticks and labels, and, where the figure has
+    legends beside its panels, their entries drawn again in as few columns as fit THUMB_WIDTH (a
+    base64 PNG at the figure's dpi and font size): a legend as wide as eight panels, shrunk with them,
+    is unreadable."""
+    if not fig.axes:
+        return []
+    r = fig.canvas.get_renderer()
+    H = fig.get_figheight() * fig.dpi
+    b = fig.axes[0].get_tightbbox(r)
+    out = [(max(0, int(b.x0) - 4), max(0, int(H - b.y1) - 4), int(np.ceil(b.x1)) + 4, int(np.ceil(H - b.y0)) + 4)]
+    handles = [h for leg in fig.legends for h in leg.legend_handles]
+    labels = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+    if handles:
+        out.append(_legend_png(handles, labels, fig.legends[0].get_texts()[0].get_fontsize(), fig.dpi))
+    return out
+
+
+def _legend_png(handles, labels, fontsize: float, dpi: float) -> str:
+    """These legend entries alone, in the most columns (up to 3) whose width fits THUMB_WIDTH px."""
+    for ncol in range(min(3, len(labels)), 0, -1):
+        lf = plt.figure(figsize=(THUMB_WIDTH / dpi, 8), dpi=dpi)
+        leg = lf.legend(handles, labels, loc="upper left", ncol=ncol, fontsize=fontsize, frameon=False)
+        box = leg.get_window_extent(lf.canvas.get_renderer())
+        if box.width <= THUMB_WIDTH or ncol == 1:
+            buf = io.BytesIO()
+            lf.savefig(buf, format="png", dpi=dpi, bbox_inches=box.expanded(1.02, 1.05).transformed(
+                lf.dpi_scale_trans.inverted()))
+            plt.close(lf)
+            return base64.b64encode(buf.getvalue()).decode()
+        plt.close(lf)
 
 
 def tidy(fig) -> None:
@@ -412,15 +449,25 @@ def legend_below(ax, ncol: int = 3, fontsize: float = 7, handles: list | None = 
     fig.set_layout_engine("tight", rect=(0, need / fig.get_figheight(), 1, 1))
 
 
-def thumbnail(png_b64: str) -> bytes:
-    """The index's copy of a report figure: THUMB_WIDTH px wide in a THUMB_COLOURS-colour palette,
-    about a tenth of the figure's bytes (the index holds ten of them and must stay light)."""
+def thumbnail(png_b64: str, parts=()) -> bytes:
+    """The index's copy of a report figure: its first panel, and its legends drawn again to fit
+    (`parts`, key_boxes), stacked, at most THUMB_WIDTH px wide and shown at its own size (a whole
+    figure of eight panels shrunk to a thumbnail is unreadable; one panel at two thirds of its size
+    or more is not); in a THUMB_COLOURS-colour palette, a few tens of KB (the index holds ten of
+    them and must stay light)."""
     from PIL import Image
     im = Image.open(io.BytesIO(base64.b64decode(png_b64))).convert("RGB")
-    if im.width > THUMB_WIDTH:
-        im = im.resize((THUMB_WIDTH, round(im.height * THUMB_WIDTH / im.width)), Image.LANCZOS)
+    pieces = [im.crop(p) if isinstance(p, tuple) else Image.open(io.BytesIO(base64.b64decode(p))).convert("RGB")
+              for p in parts] or [im]
+    pieces = [p if p.width <= THUMB_WIDTH else
+              p.resize((THUMB_WIDTH, round(p.height * THUMB_WIDTH / p.width)), Image.LANCZOS) for p in pieces]
+    sheet = Image.new("RGB", (max(p.width for p in pieces), sum(p.height for p in pieces)), "white")
+    y = 0
+    for p in pieces:
+        sheet.paste(p, ((sheet.width - p.width) // 2, y))
+        y += p.height
     buf = io.BytesIO()
-    im.quantize(colors=THUMB_COLOURS, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
+    sheet.quantize(colors=THUMB_COLOURS, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
         buf, format="PNG", optimize=True)
     return buf.getvalue()
 

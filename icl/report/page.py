@@ -478,7 +478,7 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
         generated=dt.datetime.now().isoformat(timespec="seconds"))
     thumb = key_figure(sections, zfb, head["models"])
     with atomic_path(os.path.join(results_dir, "thumbnail.png")) as tmp, open(tmp, "wb") as fh:
-        fh.write(thumbnail(str(thumb)) if thumb else b"")
+        fh.write(thumbnail(str(thumb), thumb.key_boxes) if thumb else b"")
     write_text(os.path.join(results_dir, "headline.json"),
                json.dumps({"models": head["models"], "learning": head["learning"], "finding": head["finding"]},
                           indent=1, ensure_ascii=False))

@@ -29,6 +29,14 @@ def experiment_spec(exp):
     return shlex.quote(experiment_json(CFG, exp))
 
 
+def shard_assignment(exp):
+    """A hash of which runs train in which shard, as this workflow plans them: where an upgrade of
+    icl plans them otherwise (its shards group other runs), the plan rule's params change and
+    plan.json is rewritten; without it the train jobs would ask for shards the old plan lacks."""
+    from icl.runtime import stable_hash
+    return stable_hash(sorted((r.run_id, r.shard) for r in PLANS[exp]))
+
+
 def shard_names(exp):
     return sorted(shards(PLANS[exp]))
 

@@ -27,6 +27,7 @@ rule plan:
     params:
         spec=lambda w: experiment_spec(w.exp),
         code=code_trigger(),
+        shards=lambda w: shard_assignment(w.exp),     # a newer planner that groups runs otherwise rewrites the plan
     benchmark:
         "logs/{exp}/benchmark/plan.tsv"
     log:
