@@ -6,6 +6,7 @@
 #   bash benchmarks/gpu_check.sh bench     # the GPT against the loop at s5 and zfb, profiles, paper estimate
 #   bash benchmarks/gpu_check.sh tests     # the quick suite with CUDA as the jobs' device
 set -o pipefail
+case "$1" in bench|tests) ;; *) echo "usage: bash benchmarks/gpu_check.sh bench|tests (on a lent GPU machine)"; exit 2 ;; esac
 export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -23,14 +24,13 @@ bench)
   echo "zfb: $((SECONDS - t0)) s"; t0=$SECONDS
   timeout 100 python3 -m icl check --estimate config/paper.yaml --device cuda 2>"$OUT/estimate.err" | tee "$OUT/estimate.log"
   echo "estimate: $((SECONDS - t0)) s"
-  tail -3 "$OUT"/*.err
+  tail -n 3 "$OUT"/*.err
   ;;
 tests)
   timeout "${TESTS_S:-230}" python3 -m pytest -n 12 --dist loadfile -v -p no:cacheprovider -o console_output_style=classic \
     > "$OUT/tests.log" 2>&1
   echo "pytest exit $?"
   grep -E "FAILED|ERROR" "$OUT/tests.log" | sort | uniq | head -40
-  tail -3 "$OUT/tests.log"
+  tail -n 3 "$OUT/tests.log"
   ;;
-*) echo "usage: bash benchmarks/gpu_check.sh bench|tests"; exit 2 ;;
 esac

@@ -32,3 +32,12 @@ def test_the_equality_check_can_fail(monkeypatch):
 def test_benchmark_scripts_explain_themselves(script):
     res = subprocess.run([sys.executable, str(BENCH / script), "--help"], capture_output=True, text=True)
     assert res.returncode == 0 and "usage:" in res.stdout and ".venv/bin/python benchmarks/" in res.stdout
+
+
+@pytest.mark.parametrize("args", [[], ["bogus"]])
+def test_the_gpu_script_says_how_it_is_called_and_installs_nothing_without_a_part(args):
+    """benchmarks/gpu_check.sh runs only on a lent GPU machine; called without `bench` or `tests` it
+    says how to call it and stops before installing or running anything."""
+    res = subprocess.run(["bash", str(BENCH / "gpu_check.sh"), *args], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and res.stdout.startswith("usage: bash benchmarks/gpu_check.sh bench|tests")
+    assert "pip" not in res.stdout + res.stderr

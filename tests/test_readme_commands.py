@@ -24,6 +24,8 @@ NOT_RUN = {
     "make run": "the eleven default experiments, ~10 minutes; tests/test_workflow.py runs the same Snakefile",
     "TORCH_SPEC=": "make run with another torch, from a package index",
     "make test": "the test suite itself",
+    "bash benchmarks/gpu_check.sh": "needs a lent GPU and the wheels it carries; test_benchmarks.py runs its usage line, "
+                                    "and gpt_throughput.py on the CPU",
     "make check": "the test suite itself, -m slow included",
     "bash .ci/run": "CI's entry point: the test suite itself",
     ".venv/bin/python -m pytest": "the test suite itself",
