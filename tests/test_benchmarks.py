@@ -28,7 +28,7 @@ def test_the_equality_check_can_fail(monkeypatch):
     assert pipeline.same_losses(epochs=30, runs=6) > 1e-2
 
 
-@pytest.mark.parametrize("script", ["pipeline.py", "evaluate.py", "memory.py", "report_pages.py"])
+@pytest.mark.parametrize("script", ["pipeline.py", "evaluate.py", "memory.py", "report_pages.py", "screenshots.py"])
 def test_benchmark_scripts_explain_themselves(script):
     res = subprocess.run([sys.executable, str(BENCH / script), "--help"], capture_output=True, text=True)
     assert res.returncode == 0 and "usage:" in res.stdout and ".venv/bin/python benchmarks/" in res.stdout
