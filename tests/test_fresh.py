@@ -230,13 +230,14 @@ GPT = {"experiments": {"g": {
     "sweep": {"seed": [0, 1, 2]}}}}
 
 
-def _gpt(tmp_path, also=(), seeds=None, **train):
-    """GPT's runs (with the models `also` beside its GPT, on `seeds`), their datasets written."""
+def _gpt(tmp_path, also=(), seeds=None, sweep=None, **train):
+    """GPT's runs (with the models `also` beside its GPT, on `seeds`, or over `sweep`), their
+    datasets written."""
     raw = copy.deepcopy(GPT)
     raw["experiments"]["g"]["train"].update(train)
     raw["experiments"]["g"]["models"] += list(also)
-    if seeds is not None:
-        raw["experiments"]["g"]["sweep"] = {"seed": seeds}
+    if seeds is not None or sweep is not None:
+        raw["experiments"]["g"]["sweep"] = sweep or {"seed": seeds}
     runs = plan(validate(raw), "g")
     paths = {}
     for r in runs:
@@ -256,20 +257,13 @@ def test_a_run_trains_the_same_in_shards_of_other_composition(tmp_path):
 
 def test_a_shard_of_both_covariance_kinds_trains_each_run_as_its_own_kinds_shard(tmp_path):
     """zfb_gpt's sweep over fixed and random covariances is one shard since the kinds share a step's
-    shapes: every run's prompts are bit for bit those of the shards split by kind, and its logged
-    numbers those of the split shards to float32's rounding (a CPU's batched matmuls may round
-    otherwise at another number of runs, as in test_a_run_trains_the_same_in_shards_of_other_composition;
-    the default zfb_gpt's GPTs moved by at most 5e-6 relative when its shards merged, its LSA not at all)."""
-    raw = copy.deepcopy(GPT)
-    raw["experiments"]["g"]["sweep"] = {"tokens": [{"kind": "gaussian", "d": 3},
-                                                   {"kind": "random_covariance", "d": 3, "scale": 2.0}], "seed": [0, 1]}
-    runs = plan(validate(raw), "g")
-    assert len({r.shard for r in runs}) == 1
-    paths = {}
-    for r in runs:
-        paths[r.data_id] = str(tmp_path / f"{r.data_id}.npz")
-        write_dataset(r.data_spec, paths[r.data_id])
-    recs = [{"run_id": r.run_id, "data_id": r.data_id, "spec": r.spec} for r in runs]
+    shapes (the plan: test_one_ensemble_of_mixed_covariance_kinds_draws_each_run_as_alone): each run's
+    logged numbers are those of the shards split by kind, to float32's rounding (a CPU's batched
+    matmuls may round otherwise at another number of runs, as in
+    test_a_run_trains_the_same_in_shards_of_other_composition; the default zfb_gpt's GPTs moved by
+    at most 5e-6 relative when its shards merged, its LSA not at all)."""
+    recs, paths = _gpt(tmp_path, sweep={"tokens": [{"kind": "gaussian", "d": 3},
+                                                   {"kind": "random_covariance", "d": 3, "scale": 2.0}], "seed": [0, 1]})
     together = train_shard(recs, paths, str(tmp_path / "all.npz"))
     row = {str(r): i for i, r in enumerate(together["run_id"])}
     for kind in ("gaussian", "random_covariance"):
