@@ -99,6 +99,16 @@ def test_report_package_points_one_way():
     assert outside == ["icl.cli"], outside
 
 
+def test_the_page_composes_and_its_siblings_draw():
+    """icl.report.page draws nothing itself: it imports no matplotlib, and a model's training figures
+    come from icl.report.curves (issue 51.5)."""
+    tree = ast.parse((PKG / "report" / "page.py").read_text())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names} | \
+        {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not {m for m in imported if m.split(".")[0] == "matplotlib"}, imported
+    assert "icl.report.curves" in GRAPH["icl.report.page"]
+
+
 # A kind's name as a string outside icl/models/ only where it is data, never to branch on: a
 # claim, a theory table or a figure asks icl.models.kinds(trait) instead (icl/models/base.py).
 NAME_AS_DATA = {
