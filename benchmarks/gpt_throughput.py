@@ -96,7 +96,7 @@ def check_equal(dev, tmp: str) -> float:
     sh = ShardTraining(recs, paths, dev)
     ens = []
     for e in range(5):
-        loss, grads, _ = sh.model.step(sh.params, sh.train)
+        loss, grads, *_ = sh.model.step(sh.params, sh.train)
         ens.append(loss.cpu().numpy())
         sh.opt.step(sh.params, grads, sh.active)
     init = sh.model.init([r["spec"]["seed"] for r in recs], ["gpt"] * 2, "cpu")

@@ -92,7 +92,7 @@ def same_losses(epochs: int = 30, runs: int = 6) -> float:
     opt = optim.build("gd", torch.ones(runs))
     ours = []
     for _ in range(epochs):
-        loss, grads, _ = model.step(params, batch)
+        loss, grads, *_ = model.step(params, batch)
         opt.step(params, grads, torch.ones(runs, dtype=torch.bool))
         ours.append(loss.numpy().astype(float))
     ours = np.array(ours).T

@@ -201,8 +201,9 @@ class ShardTraining:
         spec0 = runs[0]["spec"]
         self.runs, self.dev, self.tr = runs, dev, spec0["train"]
         self.seeds = [r["spec"]["seed"] for r in runs]
-        self.model = models.build(spec0["model"], spec0["tokens"])
-        self.model.precision, self.model.device_type = pick_precision(self.tr.get("precision"), dev, self.model.bf16_blocks), dev.type
+        kind = models.MODELS[spec0["model"]["kind"]]
+        self.model = models.build(spec0["model"], spec0["tokens"], dev.type,
+                                  pick_precision(self.tr.get("precision"), dev, kind.bf16_blocks))
         self.cache = read_datasets(runs, data_paths)
         self.references: dict = {}
         self.train = load_prompts(self.model, runs, self.cache, "train", dev, references=self.references)
@@ -286,10 +287,10 @@ class ShardTraining:
         data = self.prompts(epoch, step0)
         for i, idx in enumerate(batch_index(self.seeds, epoch, self.M, self.batch, self.dev)):
             b = data if idx is None else data.take(idx)
-            loss, grads, seen = self.model.step(self.params, b)
+            loss, grads, seen, query_loss = self.model.step(self.params, b)
             if logging and self.full_batch:
                 self.log(epoch, loss, seen)
-            self.trace.add(self.losses(loss, b, self.model.step_query_loss), self.traced(b, seen))
+            self.trace.add(self.losses(loss, b, query_loss), self.traced(b, seen))
             grads = optim.flatten(grads)                  # (R, total): a few operations a step, not a few per tensor
             self.stop_diverged(loss, grads, epoch)
             if self.tr.get("clip"):

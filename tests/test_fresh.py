@@ -354,11 +354,12 @@ def test_a_diverging_run_is_frozen_and_marked_at_its_epoch(tmp_path, monkeypatch
     step, state = sh.model.step, {"epoch": 0}
 
     def poisoned(params, batch):
-        loss, grads, seen = step(params, batch)
-        if state["epoch"] == 4:
-            loss = loss.clone()
-            loss[1] = float("nan")
-        return loss, grads, seen
+        out = step(params, batch)
+        if state["epoch"] != 4:
+            return out
+        loss = out.loss.clone()
+        loss[1] = float("nan")
+        return out._replace(loss=loss)
     monkeypatch.setattr(sh.model, "step", poisoned)
     for epoch in range(12):
         state["epoch"] = epoch

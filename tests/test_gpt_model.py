@@ -100,7 +100,7 @@ def test_the_table_size_changes_no_number():
         opt = optim.build("adam", torch.tensor([1e-2, 3e-2]))
         losses = []
         for _ in range(5):
-            loss, grads, _ = m.step(p, batch)
+            loss, grads, *_ = m.step(p, batch)
             opt.step(p, grads, torch.ones(2, dtype=torch.bool))
             losses.append(loss)
         torch.testing.assert_close(p["wpe"][:, 13:], wpe0[:, 13:], rtol=0, atol=0)
@@ -141,8 +141,8 @@ def test_prompts_without_diagnostics_skip_the_query_attention_and_change_no_numb
     m, p, x, y = _setup(3, 2, "learned")
     arrays = {"x": x, "y": y}
     plain, diagnosed = m.prepare(arrays.__getitem__, diagnose=False), m.prepare(arrays.__getitem__)
-    loss, grads, seen = m.step(p, plain)
-    loss2, grads2, seen2 = m.step(p, diagnosed)
+    loss, grads, seen, _ = m.step(p, plain)
+    loss2, grads2, seen2, _ = m.step(p, diagnosed)
     assert seen is None and seen2.shape == (3, 5, 3, 2, 6)
     torch.testing.assert_close(loss, loss2, rtol=0, atol=0)
     for k in grads:
@@ -170,7 +170,7 @@ def test_attention_diagnostics_per_layer_and_head():
     m = GPT({"width": 8, "layers": 3, "heads": 2, "positional": "learned", "positions": 40}, {"kind": "discrete", "d": 4, "K": 3})
     p = m.init([0, 1], ["a", "a"], "cpu", torch.float64)
     batch = _discrete_batch(m)
-    loss, _, seen = m.step(p, batch)
+    loss, _, seen, _ = m.step(p, batch)
     assert seen.shape == (2, 40, 3, 2, 12)                          # (R, B, layers, heads, N examples)
     torch.testing.assert_close(seen.sum(-1), torch.ones(2, 40, 3, 2, dtype=torch.float64))
     d = m.diagnostics(p, batch, seen)

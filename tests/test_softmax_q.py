@@ -73,8 +73,8 @@ def test_feature_count_form_equals_token_form(features, probs):
     arrays = {"x": x, "y": y, "feat": feat, "features": V}.__getitem__
     bc, bt = counted.prepare(arrays), as_tokens.prepare(arrays)
     assert "x" not in bc and "x" in bt
-    lc, gc, sc = counted.step(params, bc)
-    lt, gt, st = as_tokens.step(params, bt)
+    lc, gc, sc, _ = counted.step(params, bc)
+    lt, gt, st, _ = as_tokens.step(params, bt)
     torch.testing.assert_close(lc, lt, rtol=1e-12, atol=0)
     torch.testing.assert_close(gc["Q"], gt["Q"], rtol=1e-10, atol=1e-14)
     dc, dt = counted.diagnostics(params, bc, sc), as_tokens.diagnostics(params, bt, st)

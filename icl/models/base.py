@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
+from typing import NamedTuple
 
 import numpy as np
 
@@ -191,6 +192,15 @@ class NoSettings:
     unfilled = ()      # settings whose default the schema leaves out (see GPTSettings)
 
 
+
+class Step(NamedTuple):
+    """What a training step returns: the objective (R,), the gradients (name -> (R, ...)), what the
+    forward saw (its attention, or None) and the query's ½MSE (R,), which the trace keeps."""
+    loss: object
+    grads: dict
+    seen: object
+    query_loss: object
+
 class Model:
     """A model kind: what the training loop calls (an instance, for one shard's model section
     and tokens), and what the plan, the tables and the report ask of the kind (classmethods on
@@ -336,6 +346,12 @@ class Model:
             tokens = {"kind": "gaussian", "d": tokens}
         self.tokens, self.d = tokens, tokens["d"]
         self.K = tokens.get("K") if tokens.get("kind") == "discrete" else None
+        self.precision, self.device_type = "float32", "cpu"
+
+    def place(self, device_type: str, precision: str) -> None:
+        """Where the model computes and in what precision (icl.runtime.pick_precision's answer):
+        what `autocast` reads. models.build sets it; a model built without them computes float32."""
+        self.precision, self.device_type = precision, device_type
 
     def log_shapes(self) -> dict:
         """Per-run shape of every array `diagnostics` and `test_losses` return beyond the standard
@@ -354,10 +370,10 @@ class Model:
     def predict(self, params, batch: Batch):
         return self.forward(params, batch["x"], batch["y"])
 
-    def step(self, params, batch: Batch):
-        """loss (R,), gradients, and what the forward saw (its attention), from one forward:
-        autograd through `predict` (the block, the LSA, the GPT); the forward and the loss compiled
-        where `compile` was called (autograd then runs the compiled backward)."""
+    def step(self, params, batch: Batch) -> "Step":
+        """loss (R,), gradients, what the forward saw (its attention) and the query's ½MSE, from one
+        forward: autograd through `predict` (the block, the LSA, the GPT); the forward and the loss
+        compiled where `compile` was called (autograd then runs the compiled backward)."""
         graphs = self.__dict__.get("_graphs", False)
         if graphs:                  # a new iteration: the graphs' outputs of the last one may be overwritten
             torch.compiler.cudagraph_mark_step_begin()
@@ -367,8 +383,8 @@ class Model:
             grads = torch.autograd.grad(loss.sum(), list(leaves.values()))
         if graphs:                  # ours to keep past the next replay (the gradients are flattened, a copy, at once)
             loss, pred, a = loss.clone(), pred.clone(), None if a is None else a.clone()
-        self.step_query_loss = self.query_loss(pred.detach(), batch)
-        return loss.detach(), dict(zip(leaves, grads)), None if a is None else a.detach()
+        return Step(loss.detach(), dict(zip(leaves, grads)), None if a is None else a.detach(),
+                    self.query_loss(pred.detach(), batch))
 
     def forward_loss(self, params, batch: Batch):
         """The objective (R,), the prediction and what the forward saw: what `step` differentiates."""
@@ -394,10 +410,10 @@ class Model:
     bf16_blocks = False         # `train.precision: bf16` autocasts the kind's inner blocks (kinds that say so)
 
     def autocast(self):
-        """The blocks' precision (`precision`, set by the trainer): bfloat16 autocast of their
-        matmuls under `bf16`, nothing otherwise (float32, or TF32 matmuls set globally)."""
+        """The blocks' precision (`place`): bfloat16 autocast of their matmuls under `bf16`,
+        nothing otherwise (float32, or TF32 matmuls set globally)."""
         import contextlib
-        if getattr(self, "precision", "float32") != "bf16":
+        if self.precision != "bf16":
             return contextlib.nullcontext()
         return torch.autocast(self.device_type, dtype=torch.bfloat16)
 
@@ -411,9 +427,9 @@ class Model:
         return 0.5 * ((pred - batch["target"]) ** 2).mean(1)
 
     def query_loss(self, pred, batch: Batch):
-        """½ mean squared error at the query alone (R,): what t_escape reads. `step` leaves the
-        last step's in `step_query_loss`, so the trace needs no second forward; equal to the
-        objective for every kind whose loss reads the query only."""
+        """½ mean squared error at the query alone (R,): what t_escape reads. `step` returns the
+        step's own (Step.query_loss), so the trace needs no second forward; equal to the objective
+        for every kind whose loss reads the query only."""
         return Model.objective(self, pred, batch)
 
     def test_losses(self, params, batch: Batch) -> dict:
@@ -440,8 +456,8 @@ class Model:
 
     def loss_and_grads(self, params, x, y):
         """Loss and gradients on token-form prompts x, y (tests, benchmarks)."""
-        loss, grads, _ = self.step(params, Batch({"x": x, "y": y, "target": y[:, :, -1]}))
-        return loss, grads
+        out = self.step(params, Batch({"x": x, "y": y, "target": y[:, :, -1]}))
+        return out.loss, out.grads
 
     def extras(self, specs: list[dict], device) -> dict:
         """Per-run tensors a model's diagnostics need from the run specs (the LSA's target)."""

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from icl.models.base import (Batch, Model, count_attention_logs, count_batch, lazy_torch, token_attention_logs,
+from icl.models.base import (Batch, Model, Step, count_attention_logs, count_batch, lazy_torch, token_attention_logs,
                              tokens_are_features)
 
 torch = lazy_torch(globals())
@@ -87,8 +87,7 @@ class SoftmaxQ(Model):
         coef = (err / x.shape[1]).unsqueeze(-1) * a * (y[:, :, :-1] - pred.unsqueeze(-1))
         z = torch.einsum("rbn,rbnd->rbd", coef, x[:, :, :-1])
         grad = torch.einsum("rbd,rbe->rde", z, x[:, :, -1])
-        self.step_query_loss = loss
-        return loss, {"Q": grad}, a
+        return Step(loss, {"Q": grad}, a, loss)
 
     # ---- the feature-count form (discrete tokens without noise)
 
@@ -160,8 +159,8 @@ class SoftmaxQ(Model):
         coef = mass * (f["mean_y"] - pred.unsqueeze(1)) * (err / B).unsqueeze(1)
         C = torch.bmm(f["query"], coef.transpose(1, 2))                   # [r, query j, key k]
         grad = torch.einsum("rjk,rkd,rje->rde", C, V, V)
-        self.step_query_loss = 0.5 * (err ** 2).mean(1)
-        return self.step_query_loss, {"Q": grad}, mass.transpose(1, 2)
+        loss = 0.5 * (err ** 2).mean(1)
+        return Step(loss, {"Q": grad}, mass.transpose(1, 2), loss)
 
     def diagnostics(self, params, batch: Batch, seen) -> dict:
         out = token_attention_logs(seen, batch, self.K) if "x" in batch else count_attention_logs(seen, batch, self.K)
