@@ -81,8 +81,8 @@ def test_feature_count_form_equals_token_form():
     arrays = {"x": x, "y": y, "feat": feat, "features": V}.__getitem__
     bc, bt = counted.prepare(arrays), as_tokens.prepare(arrays)
     assert bc["x"].shape[2] == 5 and bt["x"].shape[2] == 24           # K + 1 against N + 1 tokens
-    lc, gc, sc = counted.step(p, bc)
-    lt, gt, st = as_tokens.step(p, bt)
+    lc, gc, sc, _ = counted.step(p, bc)
+    lt, gt, st, _ = as_tokens.step(p, bt)
     torch.testing.assert_close(lc, lt, rtol=1e-12, atol=0)
     for k in gt:
         torch.testing.assert_close(gc[k], gt[k], rtol=1e-9, atol=1e-12, msg=k)
