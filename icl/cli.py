@@ -23,7 +23,8 @@ def cmd_check(args) -> None:
         print(f"{name}: {len(runs)} runs in {len({r.shard for r in runs})} shards")
     if args.estimate:
         from icl.estimate import estimate, report
-        device = args.device or cfg.get("device", "auto")
+        from icl.runtime import device_setting
+        device = device_setting(args.device, cfg)
         rows = estimate(cfg, device=device, progress=lambda text: print(text, file=sys.stderr, flush=True))
         if rows and rows[0]["basis"] == "FLOPs":
             from icl.estimate import flop_note
@@ -77,7 +78,8 @@ def _shard_job(args, pl: dict, runs: list[dict]) -> tuple[list[dict], dict, str]
     stale = os.path.getmtime(args.code_stamp) if args.code_stamp else None
     paths = ensure_datasets(mine, args.prompts_dir, stale, workers=args.threads or 1)
     print(f"[{args.shard}] {len(paths)} prompt files ready in {time.time() - t:.2f}s", file=sys.stderr, flush=True)
-    return mine, paths, args.device or pl["settings"].get("device", "auto")
+    from icl.runtime import device_setting
+    return mine, paths, device_setting(args.device, pl["settings"])
 
 
 def cmd_train(args) -> None:

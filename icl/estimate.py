@@ -29,7 +29,7 @@ import numpy as np
 
 from icl.data import data_spec
 from icl.plan import Run, plan, shape_key, shard_mem_mb, shards, train_threads
-from icl.runtime import log_epochs, pick_device, precision_on, stable_hash
+from icl.runtime import cuda_here, log_epochs, pick_device, precision_on, stable_hash
 
 CALIBRATION_EPOCHS = 3
 TIMED_S, MAX_EPOCHS = 1.0, 50   # a cheap shape is timed over about a second of epochs (their median), not one:
@@ -204,8 +204,7 @@ def estimate(cfg: dict, device: str = "auto", progress=None) -> list[dict]:
     """One row per training job of every experiment of a validated config: experiment, shard,
     runs, predicted seconds, the memory it asks for (mem_mb) and the basis of the figure ('timed'
     here, or 'FLOPs' for `cuda` where there is none to time on). Calibrates each shape once."""
-    import torch
-    by_flops = device == "cuda" and not torch.cuda.is_available()
+    by_flops = device == "cuda" and not cuda_here()
     startup = startup_seconds()
     rows = []
     for name in cfg["experiments"]:

@@ -22,10 +22,24 @@ def log_epochs(epochs: int, every: int) -> list[int]:
     return e
 
 
-def pick_device(setting: str = "auto") -> "torch.device":  # noqa: F821
+def device_setting(flag: str | None, settings: dict) -> str:
+    """The device a command was asked for: its --device, else the config's `device` (the schema's
+    default, auto)."""
+    return flag or settings["device"]
+
+
+def cuda_here() -> bool:
+    """Whether torch sees a CUDA device: the one probe (pick_device and the estimate ask it)."""
     import torch
-    if setting == "cuda" or (setting == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
+    return torch.cuda.is_available()
+
+
+def pick_device(setting: str = "auto") -> "torch.device":  # noqa: F821
+    """The device a job computes on, resolved once per job from its setting (auto: CUDA where there
+    is one)."""
+    import torch
+    if setting == "cuda" or (setting == "auto" and cuda_here()):
+        if not cuda_here():
             raise RuntimeError("device: cuda was asked for but torch sees no CUDA device")
         return torch.device("cuda")
     return torch.device("cpu")

@@ -4,6 +4,7 @@ planner's. (Its accuracy against measured jobs is a benchmark: benchmarks/estima
 import copy
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -163,3 +164,15 @@ def test_cuda_without_a_cuda_device_is_flop_based_and_says_so(gpt_cfg, tmp_path,
 
 def _real_cuda() -> bool:
     return subprocess.run([sys.executable, "-c", "import torch, sys; sys.exit(torch.cuda.is_available())"]).returncode == 1
+
+
+def test_the_device_is_decided_in_one_place():
+    """--device, else the config's `device` (its schema default: auto), by one function; CUDA probed
+    by one (runtime.cuda_here), which pick_device and the estimate's choice of FLOPs both ask."""
+    from icl import runtime
+    assert runtime.device_setting(None, {"device": "auto"}) == "auto"
+    assert runtime.device_setting("cpu", {"device": "cuda"}) == "cpu"
+    src = {p.name: p.read_text() for p in (Path(__file__).resolve().parent.parent / "icl").rglob("*.py")}
+    probes = sorted(name for name, text in src.items() if "cuda.is_available" in text)
+    assert probes == ["runtime.py"], probes
+    assert not [name for name, text in src.items() if '.get("device"' in text]
