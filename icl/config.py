@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from icl.errors import ConfigError
+from icl.settings import Train
 from icl.sweep import apply_override, sweep_axes
 
 
@@ -144,7 +145,7 @@ def check_experiment(exp: dict, name: str | None = None) -> None:
     for i, model in enumerate(exp["models"]):
         for key, problem in MODELS[model["kind"]].check(model, exp):
             raise ConfigError(f"{where}.models.{i}.{key}: {problem}")
-    precision = exp["train"].get("precision")
+    precision = Train.of(exp["train"]).precision
     asked = set(precision.values()) if isinstance(precision, dict) else {precision}
     if "bf16" in asked and not any(MODELS[m["kind"]].bf16_blocks for m in exp["models"]):
         plain = ", ".join(sorted({m["kind"] for m in exp["models"]}))
@@ -155,26 +156,26 @@ def check_experiment(exp: dict, name: str | None = None) -> None:
     for i, model in enumerate(exp["models"]):
         if model.get("lr_rule") == "clock":
             _clock_rule_ok(model, exp, f"{where}.models.{i}.lr_rule")
-    tr = exp["train"]
-    if tr["log_every"] > tr["epochs"]:
-        raise ConfigError(f"{where}.train.log_every: {tr['log_every']} is larger than epochs={tr['epochs']}")
-    if tr.get("batch_size", 0) > exp["prompts"]["train"]:
-        raise ConfigError(f"{where}.train.batch_size: {tr['batch_size']} is larger than prompts.train={exp['prompts']['train']}")
+    tr = Train.of(exp["train"])
+    if tr.log_every > tr.epochs:
+        raise ConfigError(f"{where}.train.log_every: {tr.log_every} is larger than epochs={tr.epochs}")
+    if (tr.batch_size or 0) > exp["prompts"]["train"]:
+        raise ConfigError(f"{where}.train.batch_size: {tr.batch_size} is larger than prompts.train={exp['prompts']['train']}")
     _training_options_ok(where, exp)
 
 
 def _training_options_ok(where: str, exp: dict) -> None:
     """The warmup fits in the run and the curriculum in the prompts (the schema checks each
     number alone)."""
-    tr, p = exp["train"], exp["prompts"]
-    steps = tr["epochs"] * -(-p["train"] // (tr.get("batch_size") or p["train"]))
-    if tr.get("warmup", 0) > steps:
-        raise ConfigError(f"{where}.train.warmup: {tr['warmup']} steps is longer than the run ({tr['epochs']} epochs "
-                          f"of {steps // tr['epochs']} step(s): {steps} steps); allowed: warmup <= {steps}")
-    cur = tr.get("curriculum")
+    tr, p = Train.of(exp["train"]), exp["prompts"]
+    steps = tr.epochs * -(-p["train"] // (tr.batch_size or p["train"]))
+    if tr.warmup > steps:
+        raise ConfigError(f"{where}.train.warmup: {tr.warmup} steps is longer than the run ({tr.epochs} epochs "
+                          f"of {steps // tr.epochs} step(s): {steps} steps); allowed: warmup <= {steps}")
+    cur = tr.curriculum
     if not cur:
         return
-    if not tr.get("fresh"):
+    if not tr.fresh:
         raise ConfigError(f"{where}.train.curriculum: needs train.fresh: true (a curriculum draws its prompts as it goes)")
     ends = {"dims": (exp["tokens"]["d"], "tokens.d"), "points": (p["N"] + 1, "prompts.N + 1 (the query included)")}
     for key, c in cur.items():
@@ -266,9 +267,9 @@ def smoke_cut(cfg: dict) -> dict:
         tr["epochs"] = min(tr["epochs"], SMOKE["epochs"])
         tr["log_every"], tr["checkpoint_every"] = 1, tr["epochs"]
         p["train"], p["test"] = min(p["train"], SMOKE["train"]), min(p["test"], SMOKE["test"])
-        if tr.get("batch_size"):
+        if Train.of(tr).batch_size:
             tr["batch_size"] = min(tr["batch_size"], p["train"])
-        if tr.get("warmup"):          # the warmup's shape kept, its length cut with the run
+        if Train.of(tr).warmup:       # the warmup's shape kept, its length cut with the run
             tr["warmup"] = min(tr["warmup"], tr["epochs"])
         if exp.get("evaluate"):
             exp["evaluate"]["prompts"] = min(exp["evaluate"]["prompts"], SMOKE["evaluate_prompts"])

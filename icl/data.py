@@ -11,6 +11,7 @@ import os
 import numpy as np
 
 from icl.files import atomic_path
+from icl.settings import Train
 from icl.tasks import sample_labels   # each task family draws its own labels (icl/tasks.py)
 
 STREAM_FEATURES, STREAM_TRAIN, STREAM_TEST = 0, 1, 2
@@ -142,7 +143,7 @@ def curriculum_stage(spec: dict, step: int) -> dict | None:
     coordinates of x drawn, the rest 0) and `points` (x positions of a prompt, the query's
     included: N + 1 at the end), min(end, start + inc·⌊step / interval⌋); a schedule left out
     stays at its full value (d, N + 1). None where the run has no curriculum."""
-    cur = spec["train"].get("curriculum")
+    cur = Train.of(spec["train"]).curriculum
     if not cur:
         return None
     full = {"dims": spec["tokens"]["d"], "points": spec["prompts"]["N"] + 1}

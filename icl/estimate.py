@@ -30,6 +30,7 @@ import numpy as np
 from icl.data import data_spec
 from icl.plan import Run, plan, shape_key, shard_mem_mb, shards, train_threads
 from icl.runtime import cuda_here, log_epochs, pick_device, precision_on, stable_hash
+from icl.settings import Train
 
 CALIBRATION_EPOCHS = 3
 TIMED_S, MAX_EPOCHS = 1.0, 50   # a cheap shape is timed over about a second of epochs (their median), not one:
@@ -118,16 +119,16 @@ def flop_calibrate(members: list[Run]) -> FlopCalibration:
     prompts, or, where it has more than 4 x SMALL, on SMALL and 4 x SMALL and carried along the
     line through both (an epoch's FLOPs grow linearly with the prompts it passes over)."""
     spec = members[0].spec
-    p, tr = spec["prompts"], spec["train"]
+    p, tr = spec["prompts"], Train.of(spec["train"])
     big = 4 * SMALL
     if p["train"] > big and p["test"] > big:
         a, b = (_counted(members[:1], n) for n in (SMALL, big))
         flops = a + (b - a) * (p["train"] - SMALL) / (big - SMALL)
     else:
         flops = _counted(members[:1], None)
-    steps = -(-p["train"] // tr["batch_size"]) if tr.get("batch_size") else 1
+    steps = -(-p["train"] // tr.batch_size) if tr.batch_size else 1
     from icl.models import MODELS       # local: torch, which _counted has loaded already
-    precision = precision_on(tr.get("precision"), "cuda", MODELS[spec["model"]["kind"]].bf16_blocks)
+    precision = precision_on(tr.precision, "cuda", MODELS[spec["model"]["kind"]].bf16_blocks)
     return FlopCalibration(flops, steps, GPU_FLOP_RATE[precision])
 
 
@@ -158,7 +159,7 @@ def _cut(members: list[Run], epochs: int, prompts: int | None) -> list[dict]:
         spec["train"].pop("curriculum", None)     # timed at its end, full prompts: its early, shorter steps cost less
         if prompts:
             spec["prompts"].update(train=prompts, test=prompts)
-            if spec["train"].get("batch_size"):
+            if Train.of(spec["train"]).batch_size:
                 spec["train"]["batch_size"] = min(spec["train"]["batch_size"], prompts)
         runs.append({"run_id": r.run_id, "data_id": stable_hash(data_spec(spec)), "spec": spec})
     return runs

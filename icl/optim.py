@@ -166,9 +166,10 @@ class Schedule:
     """Every run's learning rate at each step: its own `lr` (swept per run) times lr_factor of the
     shard's `train` settings (warmup and schedule are part of a shard's shape: one per shard)."""
 
-    def __init__(self, lrs, train: dict, steps_per_epoch: int):
-        self.lrs, self.warmup, self.schedule = lrs, int(train.get("warmup", 0)), train.get("schedule", "constant")
-        self.total = int(train["epochs"]) * steps_per_epoch
+    def __init__(self, lrs, train, steps_per_epoch: int):
+        """`train`: the shard's icl.settings.Train."""
+        self.lrs, self.warmup, self.schedule = lrs, int(train.warmup), train.schedule
+        self.total = int(train.epochs) * steps_per_epoch
 
     def at(self, step: int):
         if self.warmup == 0 and self.schedule == "constant":

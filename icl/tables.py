@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from icl import models
 from icl.files import atomic_path
+from icl.settings import Train
 from icl.io import (LONG_SCHEMAS, SHIFT_KEY, coded, empty_shift, long_writer, provenance_metadata, read_parquet,
                     read_shard, write_parquet)
 from icl.measures import last_layer_map, summary_table
@@ -26,7 +27,7 @@ def run_row(run: dict) -> dict:
     """One row of runs.parquet: every parameter of the run by its leaf name; the model settings'
     columns are every kind's (icl.models.setting_columns), None where the run's kind has none."""
     s = run["spec"]
-    tok, task, pr, model, tr = s["tokens"], s["task"], s["prompts"], s["model"], s["train"]
+    tok, task, pr, model, tr = s["tokens"], s["task"], s["prompts"], s["model"], Train.of(s["train"])
     row = {
         "run_id": run["run_id"], "shard": run["shard"], "data_id": run["data_id"],
         "model": model["name"], "model_kind": model["kind"], "optimizer": model["optimizer"],
@@ -37,10 +38,10 @@ def run_row(run: dict) -> dict:
         "probs": json.dumps(tok["probs"]) if tok.get("probs") is not None else None,
         "covariance": (tok["covariance"] if isinstance(tok.get("covariance"), str) else json.dumps(tok["covariance"]))
         if "covariance" in tok else None,
-        "scale": tok.get("scale"), "fresh": bool(tr.get("fresh", False)),
+        "scale": tok.get("scale"), "fresh": bool(tr.fresh),
         "task_kind": task["kind"], "L": task.get("L"), "c": task.get("c"),
         "N": pr["N"], "M": pr["train"], "n_test": pr["test"],
-        "epochs": tr["epochs"], "log_every": tr["log_every"], "batch_size": tr.get("batch_size"),
+        "epochs": tr.epochs, "log_every": tr.log_every, "batch_size": tr.batch_size,
     }
     return row
 

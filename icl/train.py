@@ -22,6 +22,7 @@ from icl.fresh import STREAM_KIND, FreshPrompts
 from icl.files import atomic_path
 from icl.parallel import Forked
 from icl.runtime import LOAD_GROUP, log_epochs, pick_device, pick_precision, stable_hash
+from icl.settings import Train
 from icl.provenance import code_hash, code_version
 
 
@@ -199,28 +200,28 @@ class ShardTraining:
 
     def __init__(self, runs: list[dict], data_paths: dict, dev, saved: dict | None = None):
         spec0 = runs[0]["spec"]
-        self.runs, self.dev, self.tr = runs, dev, spec0["train"]
+        self.runs, self.dev, self.tr = runs, dev, Train.of(spec0["train"])
         self.seeds = [r["spec"]["seed"] for r in runs]
         kind = models.MODELS[spec0["model"]["kind"]]
         self.model = models.build(spec0["model"], spec0["tokens"], dev.type,
-                                  pick_precision(self.tr.get("precision"), dev, kind.bf16_blocks))
+                                  pick_precision(self.tr.precision, dev, kind.bf16_blocks))
         self.cache = read_datasets(runs, data_paths)
         self.references: dict = {}
         self.train = load_prompts(self.model, runs, self.cache, "train", dev, references=self.references)
         self.test = load_prompts(self.model, runs, self.cache, "test", dev, False, references=self.references)
         self.train.runs.update(self.model.extras([r["spec"] for r in runs], dev))
         self.fresh = (FreshPrompts([r["spec"] for r in runs], feature_tensor(runs, self.cache), dev)
-                      if self.tr.get("fresh") else None)
+                      if self.tr.fresh else None)
         lr = torch.tensor([r["spec"]["model"]["lr"] for r in runs], dtype=torch.float32, device=dev)
         self.opt = optim.build(spec0["model"]["optimizer"], lr)
         self.M = self.train["target"].shape[1]
-        self.batch = self.tr.get("batch_size") or self.M
+        self.batch = self.tr.batch_size or self.M
         self.steps_per_epoch = -(-self.M // self.batch)
         self.schedule = optim.Schedule(lr, self.tr, self.steps_per_epoch)
         self.params = self.model.init(self.seeds, [r["spec"]["model"]["name"] for r in runs], dev)
-        self.epochs = self.tr["epochs"]
-        curriculum = {"curriculum_dims": (), "curriculum_points": ()} if self.tr.get("curriculum") else {}
-        self.logs = Logs(len(runs), np.asarray(log_epochs(self.epochs, self.tr["log_every"])),
+        self.epochs = self.tr.epochs
+        curriculum = {"curriculum_dims": (), "curriculum_points": ()} if self.tr.curriculum else {}
+        self.logs = Logs(len(runs), np.asarray(log_epochs(self.epochs, self.tr.log_every)),
                          {**self.model.log_shapes(), **curriculum})
         self.pos = {int(e): i for i, e in enumerate(self.logs.epochs)}     # logged epoch -> column
         self.trace = Trace(len(runs), self.epochs, self.model.log_shapes())
@@ -234,7 +235,7 @@ class ShardTraining:
         self.diverged_at = torch.as_tensor(self.logs.diverged_at, device=dev)     # marked on the device
         self.active = self.diverged_at < 0
         # full batch on fixed prompts: the step's own forward is the state the epoch starts from
-        self.full_batch = self.batch >= self.M and not self.tr.get("fresh")
+        self.full_batch = self.batch >= self.M and not self.tr.fresh
 
     def sync(self) -> None:
         """The device's trace and divergence marks into the host's logs (a logged epoch, a checkpoint)."""
@@ -293,8 +294,8 @@ class ShardTraining:
             self.trace.add(self.losses(loss, b, query_loss), self.traced(b, seen))
             grads = optim.flatten(grads)                  # (R, total): a few operations a step, not a few per tensor
             self.stop_diverged(loss, grads, epoch)
-            if self.tr.get("clip"):
-                grads = optim.clip_grads(grads, float(self.tr["clip"]))
+            if self.tr.clip:
+                grads = optim.clip_grads(grads, float(self.tr.clip))
             self.opt.step(self.params, grads, self.active, self.schedule.at(step0 + i))
         self.trace.close(epoch, self.active)
 
@@ -342,7 +343,7 @@ class ShardTraining:
             **{f"trace_{k}": v for k, v in self.trace.arrays.items()},
             **{k: np.asarray([self.references[r["data_id"]].get(k, np.nan) for r in self.runs]) for k in REFERENCE_KEYS},
             "tokens_K": np.asarray(self.model.K or 0), "prompts_N": np.asarray(self.runs[0]["spec"]["prompts"]["N"]),
-            "train_fresh": np.asarray(bool(self.tr.get("fresh"))),
+            "train_fresh": np.asarray(bool(self.tr.fresh)),
             **{f"param_{k}": v.detach().cpu().numpy() for k, v in self.params.items()},
         }
 
@@ -411,7 +412,6 @@ def train_ensemble(runs: list[dict], data_paths: dict, out_path: str, dev, threa
     since the per-run memory it measures is an ensemble's."""
     if threads:
         torch.set_num_threads(threads)
-    tr = runs[0]["spec"]["train"]
     print(f"[{label}] {len(runs)} runs on {dev}"
           + (f" ({torch.cuda.get_device_name(dev)}, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})"
              if dev.type == "cuda" else f" ({torch.get_num_threads()} thread{'s' if torch.get_num_threads() != 1 else ''})"), file=sys.stderr, flush=True)
@@ -419,9 +419,9 @@ def train_ensemble(runs: list[dict], data_paths: dict, out_path: str, dev, threa
     t_setup = time.time()
     sh = ShardTraining(runs, data_paths, dev, ckpt.load(dev))
     print(f"[{label}] precision {sh.model.precision}", file=sys.stderr, flush=True)
-    compiled = compile_step(sh, tr.get("compile", dev.type == "cuda"), label)
+    compiled = compile_step(sh, dev.type == "cuda" if sh.tr.compile is None else sh.tr.compile, label)
     prog, t0 = Progress(label, sh.epochs), time.time()
-    every = sh.tr.get("checkpoint_every", 50)
+    every = sh.tr.checkpoint_every
     for epoch in range(sh.start, sh.epochs):
         if compiled and epoch == sh.start:
             compiled = first_compiled_epoch(sh, epoch, label)

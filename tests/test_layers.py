@@ -7,6 +7,8 @@ statement counted, those inside functions too."""
 import ast
 from pathlib import Path
 
+import pytest
+
 PKG = Path(__file__).resolve().parent.parent / "icl"
 
 
@@ -168,3 +170,25 @@ def test_kinds_reads_traits():
     assert set(MODELS) - kinds("linear_in_labels") == kinds("nonlinear")     # zfb.beyond_lsa's, the report's
     with pytest.raises(AttributeError):
         kinds("kind")                                  # a name, not a trait
+
+
+def test_the_train_section_is_read_through_its_typed_settings():
+    """No module reads a run's `train` section with .get(key, default) (a default the schema could
+    disagree with): icl.settings.Train holds each setting, its default the schema's or, for a
+    setting whose absence means off, beside its field (issue 51.2)."""
+    import re
+    pattern = re.compile(r'(\["train"\]|\btr|\btrain)\.get\(')
+    found = [f"{p.relative_to(PKG)}:{i}" for p in PKG.rglob("*.py") if p.name != "settings.py"
+             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not found, found
+
+
+def test_a_train_setting_unknown_to_its_dataclass_is_refused():
+    """Every key the schema allows in `train` has a field (a new one must be added there too)."""
+    import yaml
+    from icl.settings import Train
+    schema = yaml.safe_load((PKG / "schema" / "config.schema.yaml").read_text())
+    allowed = set(schema["$defs"]["experiment"]["properties"]["train"]["properties"])
+    assert allowed == {f for f in Train.__dataclass_fields__}, allowed ^ set(Train.__dataclass_fields__)
+    with pytest.raises(ValueError, match=r"train: settings \['warmpu'\] have no field"):
+        Train.of({"epochs": 1, "log_every": 1, "checkpoint_every": 1, "fresh": False, "warmpu": 3})

@@ -63,12 +63,18 @@ def test_cosine_matches_torch_scheduler():
     np.testing.assert_allclose(ours, theirs, atol=1e-12)
 
 
+def _train(**given):
+    """A validated train section's settings (the schema's defaults beside `given`)."""
+    from icl.settings import Train
+    return Train.of({"log_every": 1, "checkpoint_every": 50, "fresh": False, **given})
+
+
 def test_schedule_keeps_each_runs_lr():
     lrs = torch.tensor([1e-3, 1e-2, 0.5], dtype=torch.float64)
-    s = Schedule(lrs, {"epochs": 20, "warmup": 4, "schedule": "linear"}, steps_per_epoch=2)
+    s = Schedule(lrs, _train(epochs=20, warmup=4, schedule="linear"), steps_per_epoch=2)
     for step in (0, 1, 3, 4, 17, 39):
         np.testing.assert_allclose(s.at(step).numpy(), lrs.numpy() * _reference_factor(step, 40, 4, "linear"))
-    plain = Schedule(lrs, {"epochs": 20}, 2)
+    plain = Schedule(lrs, _train(epochs=20), 2)
     assert plain.at(7) is lrs
 
 
@@ -78,8 +84,7 @@ def test_scheduled_adam_equals_torch_adam_with_lambda_lr():
     lrs = [1e-2, 3e-2]
     p0 = torch.randn(2, 3, generator=g, dtype=torch.float64)
     grads = [torch.randn(2, 3, generator=g, dtype=torch.float64) for _ in range(12)]
-    train = {"epochs": 12, "warmup": 3, "schedule": "cosine"}
-    sched = Schedule(torch.tensor(lrs, dtype=torch.float64), train, 1)
+    sched = Schedule(torch.tensor(lrs, dtype=torch.float64), _train(epochs=12, warmup=3, schedule="cosine"), 1)
     params, opt = {"w": p0.clone()}, Adam(torch.tensor(lrs, dtype=torch.float64))
     for t, gr in enumerate(grads):
         opt.step(params, {"w": gr}, torch.ones(2, dtype=torch.bool), sched.at(t))

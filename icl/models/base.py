@@ -31,6 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 from icl.data import tokens_are_features
+from icl.settings import Train
 
 
 class _LazyTorch:
@@ -255,9 +256,9 @@ class Model:
 
     @staticmethod
     def _prompts(spec: dict) -> dict:
-        p, tok = spec["prompts"], spec["tokens"]
-        return {"train": p["train"], "test": p["test"], "batch": spec["train"].get("batch_size") or p["train"],
-                "fresh": bool(spec["train"].get("fresh")), "N": p["N"], "T": p["N"] + 1, "d": tok["d"],
+        p, tok, tr = spec["prompts"], spec["tokens"], Train.of(spec["train"])
+        return {"train": p["train"], "test": p["test"], "batch": tr.batch_size or p["train"],
+                "fresh": tr.fresh, "N": p["N"], "T": p["N"] + 1, "d": tok["d"],
                 "K": tok.get("K") if tok["kind"] == "discrete" else None}
 
     @classmethod
