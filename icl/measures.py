@@ -2,7 +2,7 @@
 arrays and stored in summary.parquet: crossing times of loss thresholds and the own attention
 there, phases (icl.phases), the end of Phase I, final attention, divergence, memorisation and
 the dynamics of softmax_q's feature logits. Everything that depends on time is measured on the
-trace, the values of every epoch (icl.train.Trace), so it does not depend on `log_every`;
+trace, the values of every epoch (icl.logs.Trace), so it does not depend on `log_every`;
 shards written before the trace existed fall back to the logged epochs. The claims
 (icl.claims) read these columns; they never recompute them.
 """

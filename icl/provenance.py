@@ -57,3 +57,15 @@ def stamp(config_hash: str | None = None) -> dict:
     if config_hash:
         out["config_hash"] = config_hash
     return out
+
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), for a shard's hardware provenance."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"

@@ -1,29 +1,30 @@
 """Train one shard: all its runs at once as a vectorized ensemble, logging the dynamics.
 
-Resumable: every `train.checkpoint_every` epochs the whole state (parameters, optimizer, logs so
-far) is written atomically next to the output; a rerun after a kill continues from there and,
-because batches are a function of (seed, epoch), ends with the same numbers as an unbroken run.
-A checkpoint is data, not code: tensors and plain values only, loaded with weights_only=True.
+`train_ensemble` is the loop, epoch after epoch: `ShardTraining.train_epoch` draws the prompts,
+steps, clips, updates and traces; at the epoch's end the progress line and the checkpoint. What is
+recorded lives in icl.logs, how a job resumes (checkpoints, chunk files) in icl.checkpoints:
+because batches are a function of (seed, epoch), a rerun after a kill ends with the same numbers
+as an unbroken run.
 """
 from __future__ import annotations
 
 import os
-import pickle
 import sys
 import time
-import zipfile
 
 import numpy as np
 import torch
 
 from icl import models, optim
+from icl.checkpoints import Checkpoint, chunk_paths, merge_chunks
 from icl.data import curriculum_stage, read_datasets, with_tokens
 from icl.fresh import STREAM_KIND, FreshPrompts
 from icl.files import atomic_path
+from icl.logs import Logs, Progress, Trace
 from icl.parallel import Forked
-from icl.runtime import LOAD_GROUP, log_epochs, pick_device, pick_precision, stable_hash
+from icl.runtime import LOAD_GROUP, log_epochs, pick_device, pick_precision
 from icl.settings import Train
-from icl.provenance import code_hash, code_version
+from icl.provenance import code_hash, code_version, cpu_name
 
 
 def batch_index(seeds, epoch: int, n: int, batch: int, dev=None) -> list:
@@ -36,103 +37,6 @@ def batch_index(seeds, epoch: int, n: int, batch: int, dev=None) -> list:
     if dev is not None and dev.type == "cuda":
         perms = perms.pin_memory().to(dev, non_blocking=True)
     return [perms[:, i:i + batch] for i in range(0, n, batch)]
-
-
-class Progress:
-    """A line to stderr at most every few seconds: epochs, runs, time used and left."""
-
-    def __init__(self, label: str, total: int, every_s: float = 5.0):
-        self.label, self.total, self.every = label, total, every_s
-        self.t0 = time.time()
-        self.last = 0.0
-
-    def update(self, done: int, start: int, n_live, n_runs: int, force=False) -> None:
-        """`n_live`: a function giving the runs still alive, asked only when a line is printed (on a
-        GPU it waits for the queued steps)."""
-        now = time.time()
-        if not force and now - self.last < self.every:
-            return
-        n_live = n_live()
-        self.last = now
-        el = now - self.t0
-        rate = (done - start) / el if el > 0 and done > start else 0
-        left = (self.total - done) / rate if rate else float("nan")
-        print(f"[{self.label}] epoch {done}/{self.total}  runs {n_live}/{n_runs} live  "
-              f"{el:.1f}s elapsed, ~{left:.0f}s left", file=sys.stderr, flush=True)
-
-
-class Logs:
-    """The logged arrays of a shard, (runs, logged epochs, ...), NaN until written. A run that
-    diverged logs NaN from then on, and `diverged_at` holds the epoch it went."""
-
-    STANDARD = ("train_loss", "test_loss", "attn_own", "attn_entropy", "attn_knn", "dist_target")
-    MATRICES = ("attn", "q_features", "effective")
-
-    def __init__(self, R: int, epochs: np.ndarray, shapes: dict):
-        E = len(epochs)
-        self.epochs = epochs
-        self.arrays = {k: np.full((R, E), np.nan) for k in self.STANDARD}
-        self.arrays.update({k: np.zeros((R, E, 0, 0)) for k in self.MATRICES})
-        self.arrays.update({k: np.full((R, E, *shape), np.nan) for k, shape in shapes.items()})
-        self.diverged_at = np.full(R, -1)
-
-    def record(self, pos: int, values: dict) -> np.ndarray:
-        """Write one logged epoch; returns the mask of runs still alive."""
-        for k, v in values.items():
-            self.arrays[k][:, pos] = v.detach().cpu().numpy()
-        dead = ~np.isfinite(self.arrays["train_loss"][:, pos]) & (self.diverged_at < 0)
-        self.diverged_at[dead] = self.epochs[pos]
-        gone = self.diverged_at >= 0
-        for arr in self.arrays.values():
-            arr[gone, pos] = np.nan
-        return ~gone
-
-
-class Trace:
-    """What the measurements read at every epoch, whatever `log_every` is: the train loss, the
-    own-feature attention and (softmax_q) the feature logits, (runs, epochs + 1, ...). Phases,
-    crossing times and the logits' paths are measured on it (icl.measures), so they do not
-    depend on the logging grid. A full-batch epoch records the state it starts from (the step's
-    own forward); a minibatch or fresh-prompt epoch the mean over its steps.
-
-    The sums and each epoch's means stay on the training device; `flush` copies the epochs closed
-    since the last one to the host in one transfer a key (the loop calls it at each logged epoch and
-    checkpoint, and every FLUSH_EPOCHS epochs), so a step never waits for the host."""
-
-    KEYS = ("attn_own", "q_features")
-    LOSSES = ("train_loss", "query_loss", "zero_loss")   # the objective; ½MSE at the query, and of predicting 0
-    FLUSH_EPOCHS = 256
-
-    def __init__(self, R: int, epochs: int, shapes: dict):
-        self.arrays = {k: np.full((R, epochs + 1), np.nan) for k in self.LOSSES}
-        self.arrays.update({k: np.full((R, epochs + 1, *shapes[k]), np.nan) for k in self.KEYS if k in shapes})
-        self._sum, self._n = {}, 0
-        self._closed: dict = {}      # key -> ([epochs], [device tensors (R, ...)]) not yet on the host
-
-    def add(self, losses: dict, values: dict) -> None:
-        """One step's losses (LOSSES) and diagnostics, summed (on their device) until `close`."""
-        for k, v in {**losses, **{k: values[k] for k in self.KEYS if k in values}}.items():
-            v = v.detach().double()
-            self._sum[k] = self._sum[k] + v if k in self._sum else v
-        self._n += 1
-
-    def close(self, epoch: int, alive) -> None:
-        """The mean of the steps added since the last close, as epoch `epoch`'s values; NaN for runs
-        not `alive` (a bool tensor on the values' device)."""
-        for k, v in self._sum.items():
-            mean = torch.where(alive.view(-1, *[1] * (v.dim() - 1)), v / self._n, torch.nan)
-            epochs, values = self._closed.setdefault(k, ([], []))
-            epochs.append(epoch)
-            values.append(mean)
-        self._sum, self._n = {}, 0
-        if any(len(e) >= self.FLUSH_EPOCHS for e, _ in self._closed.values()):
-            self.flush()
-
-    def flush(self) -> None:
-        """The closed epochs' values into the host arrays."""
-        for k, (epochs, values) in self._closed.items():
-            self.arrays[k][:, epochs] = torch.stack(values, 1).cpu().numpy()
-        self._closed = {}
 
 
 def reference_losses(split: str, arrays: dict) -> dict:
@@ -333,7 +237,7 @@ class ShardTraining:
         return {
             "run_id": np.asarray([r["run_id"] for r in self.runs]), "epoch": self.logs.epochs,
             "diverged_at": self.logs.diverged_at, "seconds": np.asarray(elapsed), "device": np.asarray(str(dev)),
-            "device_name": np.asarray(torch.cuda.get_device_name(dev) if dev.type == "cuda" else _cpu_name()),
+            "device_name": np.asarray(torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name()),
             "threads": np.asarray(torch.get_num_threads()), "precision": np.asarray(self.model.precision),
             "compiled": np.asarray(("graphs" if self.model.__dict__.get("_graphs") else "yes")
                                    if "_compiled" in self.model.__dict__ else ""),
@@ -348,8 +252,6 @@ class ShardTraining:
         }
 
 
-PER_SHARD = ("epoch", "seconds", "device", "device_name", "threads", "precision", "compiled", "fresh_stream",
-             "code_version", "code_hash", "tokens_K", "prompts_N", "train_fresh")   # a shard's .npz: not per run
 
 
 def chunk_size(runs: list[dict], dev) -> int:
@@ -377,7 +279,7 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
     if size >= len(runs):
         return train_ensemble(runs, data_paths, out_path, dev, threads, label)
     parts = [runs[i:i + size] for i in range(0, len(runs), size)]
-    paths = [f"{out_path}.chunk-{stable_hash(sorted(r['run_id'] for r in part), 10)}.npz" for part in parts]
+    paths = chunk_paths(parts, out_path)
     todo = [(part, p, f"{label}/{i + 1}-of-{len(parts)}") for i, (part, p) in enumerate(zip(parts, paths))
             if not os.path.exists(p)]
     print(f"[{label}] {len(runs)} runs in {len(parts)} chunks of at most {size} on {dev} "
@@ -389,15 +291,7 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
     else:
         for part, p, lbl in todo:
             train_ensemble(part, data_paths, p, dev, threads, lbl)
-    chunks = [dict(np.load(p)) for p in paths]
-    out = {k: (np.concatenate([c[k] for c in chunks]) if k not in PER_SHARD else chunks[0][k]) for k in chunks[0]}
-    out["seconds"] = np.asarray(sum(float(c["seconds"]) for c in chunks))
-    out["threads"] = np.asarray(max(int(c["threads"]) for c in chunks) * workers)
-    with atomic_path(out_path) as tmp:
-        np.savez(tmp, **out)
-    for p in paths:
-        os.remove(p)
-    return out
+    return merge_chunks(paths, out_path, workers)
 
 
 def _chunk_job(item) -> None:
@@ -419,14 +313,11 @@ def train_ensemble(runs: list[dict], data_paths: dict, out_path: str, dev, threa
     t_setup = time.time()
     sh = ShardTraining(runs, data_paths, dev, ckpt.load(dev))
     print(f"[{label}] precision {sh.model.precision}", file=sys.stderr, flush=True)
-    compiled = compile_step(sh, dev.type == "cuda" if sh.tr.compile is None else sh.tr.compile, label)
+    train_epoch = epoch_runner(sh, dev.type == "cuda" if sh.tr.compile is None else sh.tr.compile, label)
     prog, t0 = Progress(label, sh.epochs), time.time()
     every = sh.tr.checkpoint_every
     for epoch in range(sh.start, sh.epochs):
-        if compiled and epoch == sh.start:
-            compiled = first_compiled_epoch(sh, epoch, label)
-        else:
-            sh.train_epoch(epoch)
+        train_epoch(epoch)
         done = epoch + 1
         prog.update(done, sh.start, sh.n_live, len(runs))
         if done % every == 0 and done < sh.epochs:
@@ -462,6 +353,22 @@ def compile_step(sh: ShardTraining, want, label: str) -> bool:
     return True
 
 
+def epoch_runner(sh: ShardTraining, want, label: str):
+    """What trains one epoch: `sh.train_epoch`, through the compiled step where `want` (compile_step),
+    the first epoch then compiling it (first_compiled_epoch, eager again if that fails)."""
+    if not compile_step(sh, want, label):
+        return sh.train_epoch
+    first = [True]
+
+    def run(epoch: int) -> None:
+        if first[0]:
+            first[0] = False
+            first_compiled_epoch(sh, epoch, label)
+        else:
+            sh.train_epoch(epoch)
+    return run
+
+
 def first_compiled_epoch(sh: ShardTraining, epoch: int, label: str) -> bool:
     """The first epoch through the compiled step, where torch compiles it. If that fails, the
     parameters and optimizer are as before the epoch (nothing was stepped before the error), so
@@ -480,55 +387,3 @@ def first_compiled_epoch(sh: ShardTraining, epoch: int, label: str) -> bool:
         return False
     print(f"[{label}] step compiled (torch.compile) in {time.time() - t:.1f}s", file=sys.stderr, flush=True)
     return True
-
-
-class Checkpoint:
-    """The whole training state of a shard, saved atomically every checkpoint_every epochs and
-    taken up again by a rerun of the same runs (after a kill). It holds tensors, dicts, lists and
-    numbers only and is loaded with torch.load(weights_only=True): a file that names any other
-    Python object is refused, never unpickled (unpickling can run code)."""
-
-    def __init__(self, path: str, run_ids: list[str], label: str):
-        self.path, self.run_ids, self.label = path, run_ids, label
-
-    def load(self, dev) -> dict | None:
-        if not os.path.exists(self.path):
-            return None
-        try:
-            ck = torch.load(self.path, map_location=dev, weights_only=True)
-        except pickle.UnpicklingError:
-            if not zipfile.is_zipfile(self.path):       # not a torch archive at all: damaged
-                raise RuntimeError(f"checkpoint {self.path} is damaged (UnpicklingError); "
-                                   "delete it to restart this shard from epoch 0") from None
-            raise RuntimeError(f"checkpoint {self.path} holds Python objects besides tensors and plain values "
-                               "(an older icl saved numpy arrays in it, or another program wrote it); it is not "
-                               "loaded, as unpickling them could run code: delete it to restart this shard "
-                               "from epoch 0") from None
-        except Exception as e:
-            raise RuntimeError(f"checkpoint {self.path} is damaged ({type(e).__name__}); "
-                               "delete it to restart this shard from epoch 0") from None
-        if ck.get("run_ids") != self.run_ids:
-            print(f"[{self.label}] ignoring checkpoint of another run set", file=sys.stderr, flush=True)
-            return None
-        print(f"[{self.label}] resuming from checkpoint at epoch {ck['epoch']}", file=sys.stderr, flush=True)
-        return ck
-
-    def save(self, state: dict) -> None:
-        with atomic_path(self.path) as tmp:
-            torch.save({"run_ids": self.run_ids, **state}, tmp)
-
-    def remove(self) -> None:
-        if os.path.exists(self.path):
-            os.remove(self.path)
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-    return platform.processor() or "cpu"

@@ -1,6 +1,6 @@
 """What a verdict reads must not depend on how often the runs were logged: the same runs trained
 with log_every 1, 2, 4 and 8 give the same phase counts, crossing times, end of Phase I, logit
-paths and verdicts (the measurements read every epoch's trace, icl.train.Trace). The runs span
+paths and verdicts (the measurements read every epoch's trace, icl.logs.Trace). The runs span
 a 400x range of speeds (L from 0.1 to 2 on the shape family), as real sweeps do."""
 import copy
 

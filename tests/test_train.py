@@ -164,7 +164,8 @@ def test_checkpoint_holding_python_objects_is_refused(tiny_plan):
     with pytest.raises(RuntimeError, match=r"checkpoint .*p\.npz\.ckpt holds Python objects.*delete it to restart"):
         train_shard(members, paths, out)
     assert not marker.exists()
-    from icl.train import Checkpoint, ShardTraining
+    from icl.checkpoints import Checkpoint
+    from icl.train import ShardTraining
     sh = ShardTraining(members, paths, torch.device("cpu"))
     ck = Checkpoint(str(tmp / "good.ckpt"), [r["run_id"] for r in members], "t")
     ck.save(sh.state(3, 1.5))

@@ -443,7 +443,7 @@ class Model:
         return token_attention_logs(seen, batch, self.K) if self.has_attention else {}
 
     def trace(self, params, batch: Batch, seen) -> dict:
-        """What icl.train.Trace keeps of a step every epoch, beside the loss: the own attention
+        """What icl.logs.Trace keeps of a step every epoch, beside the loss: the own attention
         (discrete tokens), from what the step's forward saw, and nothing of the rest of the
         diagnostics (entropy, nearest-token mass, K x K maps: those are logged every log_every
         epochs). Equal to the logged attn_own (the same function of the same numbers)."""
