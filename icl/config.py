@@ -267,9 +267,10 @@ def smoke_cut(cfg: dict) -> dict:
         tr["epochs"] = min(tr["epochs"], SMOKE["epochs"])
         tr["log_every"], tr["checkpoint_every"] = 1, tr["epochs"]
         p["train"], p["test"] = min(p["train"], SMOKE["train"]), min(p["test"], SMOKE["test"])
-        if Train.of(tr).batch_size:
+        given = Train.of(tr)
+        if given.batch_size:
             tr["batch_size"] = min(tr["batch_size"], p["train"])
-        if Train.of(tr).warmup:       # the warmup's shape kept, its length cut with the run
+        if given.warmup:              # the warmup's shape kept, its length cut with the run
             tr["warmup"] = min(tr["warmup"], tr["epochs"])
         if exp.get("evaluate"):
             exp["evaluate"]["prompts"] = min(exp["evaluate"]["prompts"], SMOKE["evaluate_prompts"])

@@ -99,18 +99,12 @@ class Adam(_Flat):
         self.lr, self.b1, self.b2, self.eps = lr, betas[0], betas[1], eps
         self.t = 0
         self.m = self.v = None
-        self._t = None          # the step count on the device, for the compiled update's bias corrections
-
-    def uncompile(self) -> None:
-        super().uncompile()
-        self._t = None
 
     def state(self) -> dict:
         return {"t": self.t, "m": self.m, "v": self.v}
 
     def load(self, state: dict) -> None:
         self.t, self.m, self.v = state["t"], state["m"], state["v"]
-        self._t = None
 
     def step(self, params: dict, grads, active: torch.Tensor, lr: torch.Tensor | None = None) -> None:
         """`grads`: a dict like params, or already flattened (R, total)."""
@@ -122,16 +116,12 @@ class Adam(_Flat):
         if self._fused is None:     # the bias corrections as Python numbers, as torch.optim.Adam
             c1, c2 = 1 - self.b1 ** t, 1 - self.b2 ** t
             update = adam_update
-        else:                       # as tensors on the device: a number that changes every step would recompile
-            if self._t is None:
-                self._t = torch.full((), float(self.t), dtype=torch.float64, device=p.device)
-            tt = self._t + 1
+        else:                       # as tensors filled on the device: a number that changes every step would recompile
+            tt = torch.full((), float(t), dtype=torch.float64, device=p.device)
             c1, c2 = (1 - self.b1 ** tt).float(), (1 - self.b2 ** tt).float()
             update = self._fused
         new, self.m, self.v = update(p, g, self.m, self.v, lr, active.unsqueeze(1), c1, c2, self.b1, self.b2, self.eps)
         self.t = t
-        if self._fused is not None:
-            self._t = tt
         self.keep(params, new)
 
 

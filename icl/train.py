@@ -358,15 +358,7 @@ def epoch_runner(sh: ShardTraining, want, label: str):
     the first epoch then compiling it (first_compiled_epoch, eager again if that fails)."""
     if not compile_step(sh, want, label):
         return sh.train_epoch
-    first = [True]
-
-    def run(epoch: int) -> None:
-        if first[0]:
-            first[0] = False
-            first_compiled_epoch(sh, epoch, label)
-        else:
-            sh.train_epoch(epoch)
-    return run
+    return lambda epoch: first_compiled_epoch(sh, epoch, label) if epoch == sh.start else sh.train_epoch(epoch)
 
 
 def first_compiled_epoch(sh: ShardTraining, epoch: int, label: str) -> bool:
@@ -385,5 +377,6 @@ def first_compiled_epoch(sh: ShardTraining, epoch: int, label: str) -> bool:
             sh.fresh.uncompile()
         sh.train_epoch(epoch)
         return False
-    print(f"[{label}] step compiled (torch.compile) in {time.time() - t:.1f}s", file=sys.stderr, flush=True)
+    how = "torch.compile, CUDA graphs" if sh.model.__dict__.get("_graphs") else "torch.compile"
+    print(f"[{label}] step compiled ({how}) in {time.time() - t:.1f}s", file=sys.stderr, flush=True)
     return True

@@ -170,6 +170,16 @@ def test_one_ensemble_of_mixed_covariance_kinds_draws_each_run_as_alone():
     assert len({r.shard for r in plan(validate(raw), "f")}) == 1
 
 
+def test_one_ensemble_refuses_discrete_beside_continuous_tokens():
+    """Discrete tokens change the step's shapes (features, K): the plan never puts them beside
+    continuous ones, and an ensemble handed both says so rather than drawing one kind for all."""
+    discrete = _specs({"kind": "discrete", "d": 4, "K": 3, "delta": 2.0}, {"kind": "cosine", "L": 1.0, "c": 0.5},
+                      N=6, P=5, seeds=(0,))
+    gaussian = _specs({"kind": "gaussian", "d": 4}, {"kind": "linear"}, N=6, P=5, seeds=(1,))
+    with pytest.raises(ValueError, match="mixes discrete and continuous tokens"):
+        FreshPrompts(discrete + gaussian, None, CPU)
+
+
 def test_discrete_tokens_and_cosine_labels():
     """Non-uniform feature frequencies within 5 standard errors of p_k; x is its feature's row; the
     cosine's labels are bounded by L/c, with E[y²] = (L/c)²/2 (φ uniform) and, for two tokens of

@@ -193,7 +193,6 @@ class NoSettings:
     unfilled = ()      # settings whose default the schema leaves out (see GPTSettings)
 
 
-
 class Step(NamedTuple):
     """What a training step returns: the objective (R,), the gradients (name -> (R, ...)), what the
     forward saw (its attention, or None) and the query's ½MSE (R,), which the trace keeps."""
@@ -201,6 +200,7 @@ class Step(NamedTuple):
     grads: dict
     seen: object
     query_loss: object
+
 
 class Model:
     """A model kind: what the training loop calls (an instance, for one shard's model section
