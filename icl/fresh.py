@@ -16,7 +16,7 @@ from icl.streams import Stream
 from icl.tasks import family
 
 TOKENS, NOISE, SCALES = 1, 2, 3      # purposes of the tokens' draws (the tasks' start at icl.tasks.PURPOSE)
-STREAM_KIND = "icl.streams triple32 counter hash (integers equal on CPU and CUDA; normals rounded from float64)"
+STREAM_KIND = "icl.streams triple32 counter hash, seed hashed before the stream (integers equal on CPU and CUDA; normals rounded from float64)"
 
 
 class FreshPrompts:

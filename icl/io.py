@@ -79,6 +79,10 @@ LONG_SCHEMAS = {   # the long tables, written shard by shard (DESIGN §5)
                             ("head", pa.int64())]),
     "matrices": pa.schema([("run_id", TEXT), ("epoch", pa.int64()), ("name", TEXT), ("i", pa.int64()),
                            ("j", pa.int64()), ("value", pa.float64())]),
+    # the LLC at each of train.llc's checkpoints (icl.llc): NaN where the chain check failed (`status` says why)
+    "llc": pa.schema([("run_id", TEXT), ("epoch", pa.int64()), ("llc", pa.float64()), ("llc_se", pa.float64()),
+                      ("init_loss", pa.float64()), ("drift_z", pa.float64()), ("chains", pa.int64()),
+                      ("status", TEXT)]),
 }
 
 

@@ -24,6 +24,12 @@ ESCAPE = 0.5           # t_escape: the query's error below this share of predict
 ESCAPE_WINDOW = 0.01   # ... averaged over a trailing window of this share of the epochs (at least 1)
 
 
+LLC_STATUS = {0: "ok", 1: "diverged", 2: "not stationary", 3: "negative: not at a local minimum",
+              4: "the run diverged in training"}   # icl.llc's chain check
+LLC_SMOOTH = 0.1       # decades: λ̂ is smoothed against log10 t by a Gaussian kernel of this width ...
+LLC_SWING = 2.0        # ... and a critical point counts where λ̂ turns by more than this many standard errors
+
+
 def _tname(prefix: str, x: float) -> str:
     return f"{prefix}_{x:.0e}".replace("e-0", "e-")
 
@@ -275,9 +281,61 @@ def summary_table(sh: dict) -> pd.DataFrame:
         summ["qoff_phase_rates"] = pd.Series(phase_rates(q, q_ep, ends), dtype="object")
     else:
         summ["qoff_phase_rates"] = pd.Series([[] for _ in range(R)], dtype="object")
+    for col, values in llc_summary(sh).items():
+        summ[col] = values
     summ["train_seconds"] = float(sh["seconds"]) / R
     summ["device"] = str(sh["device"])
     summ["precision"] = str(sh.get("precision", "float32"))      # what its matmuls ran in (train.precision)
     summ["code_version"] = str(sh["code_version"]) if "code_version" in sh else "unknown"
     summ["code_hash"] = str(sh["code_hash"]) if "code_hash" in sh else "unknown"
     return summ
+
+
+def llc_stages(llc: np.ndarray, se: np.ndarray, epochs: np.ndarray) -> list[int] | None:
+    """Stage boundaries of one run by its LLC (Hoogland et al.: critical points of λ̂ against log t):
+    the epochs where the smoothed λ̂ turns (its derivative in log t changes sign), counted only where
+    it turns by more than LLC_SWING times the median standard error of the checkpoints (a zigzag
+    filter: a turn is confirmed once λ̂ has moved that far back from the extreme). `llc`, `se` over
+    `epochs`, NaN where a checkpoint's estimate is unusable (left out). None with fewer than three
+    usable checkpoints."""
+    ok = np.isfinite(llc) & (epochs > 0)
+    if ok.sum() < 3:
+        return None
+    x, y, t = np.log10(epochs[ok].astype(float)), llc[ok], epochs[ok]
+    w = np.exp(-0.5 * ((x[:, None] - x[None, :]) / LLC_SMOOTH) ** 2)
+    smooth = (w * y).sum(1) / w.sum(1)
+    errs = se[ok][np.isfinite(se[ok])]
+    swing = LLC_SWING * (float(np.median(errs)) if errs.size else 0.0)
+    bounds, direction, ext = [], 0, 0          # which way λ̂ goes (0: not yet far from the start), its extreme
+    for i in range(1, len(smooth)):
+        move = smooth[i] - smooth[ext]
+        if direction == 0:
+            if abs(smooth[i] - smooth[0]) > swing:
+                direction, ext = (1 if smooth[i] > smooth[0] else -1), i
+        elif move * direction > 0:
+            ext = i                                         # still going the same way
+        elif abs(move) > swing:                             # turned, and far enough: ext was a critical point
+            bounds.append(int(t[ext]))
+            direction, ext = -direction, i
+    return bounds
+
+
+def llc_summary(sh: dict) -> dict:
+    """Per-run columns of the LLC (train.llc) for summary.parquet: the last usable estimate and its
+    standard error, how many checkpoints were usable, and the stages by llc_stages."""
+    R = len(sh["run_id"])
+    if "llc_llc" not in sh:
+        return {"llc_final": np.full(R, np.nan), "llc_final_se": np.full(R, np.nan),
+                "llc_usable": pd.array([None] * R, dtype="Int64"), "llc_stages": pd.array([None] * R, dtype="Int64"),
+                "llc_boundaries": pd.Series([[] for _ in range(R)], dtype="object")}
+    ok = sh["llc_status"] == 0
+    est = np.where(ok, sh["llc_llc"], np.nan)
+    se = np.where(ok, sh["llc_se"], np.nan)
+    last = np.array([np.flatnonzero(np.isfinite(r))[-1] if np.isfinite(r).any() else -1 for r in est])
+    rows = np.arange(R)
+    found = [llc_stages(est[r], se[r], sh["llc_epoch"]) for r in range(R)]
+    return {"llc_final": np.where(last >= 0, est[rows, last], np.nan),
+            "llc_final_se": np.where(last >= 0, se[rows, last], np.nan),
+            "llc_usable": pd.array(ok.sum(1), dtype="Int64"),
+            "llc_stages": pd.array([None if b is None else len(b) + 1 for b in found], dtype="Int64"),
+            "llc_boundaries": pd.Series([b or [] for b in found], dtype="object")}

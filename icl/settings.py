@@ -9,6 +9,25 @@ from dataclasses import dataclass, fields
 
 
 @dataclass(frozen=True)
+class LLC:
+    """`train.llc`: the local learning coefficient measured during training (icl.llc), its SGLD's
+    settings with the schema's defaults (devinterp's, and Hoogland et al.'s chains and draws in
+    config/paper.yaml)."""
+    points: int                             # checkpoints, evenly spaced in log t from epoch 1 to the last
+    chains: int                             # schema default 4
+    draws: int                              # schema default 200
+    burnin: int                             # schema default 100
+    epsilon: float                          # schema default 1e-3: the SGLD step ε
+    gamma: float                            # schema default 100: the localization γ
+    nbeta: float | None = None              # absent: devinterp's default m / log m (m the minibatch)
+    batch: int | None = None                # absent: every training prompt each step
+
+    @classmethod
+    def of(cls, section: dict | None) -> "LLC | None":
+        return None if section is None else cls(**section)
+
+
+@dataclass(frozen=True)
 class Train:
     epochs: int
     log_every: int                          # schema default 1
@@ -21,6 +40,7 @@ class Train:
     precision: str | dict | None = None     # absent: the device's default (icl.runtime.precision_on)
     compile: bool | str | None = None       # absent: on CUDA
     curriculum: dict | None = None          # absent: full prompts from the first step
+    llc: LLC | None = None                  # absent: no LLC measured
 
     @classmethod
     def of(cls, section: dict) -> "Train":
@@ -30,4 +50,4 @@ class Train:
         unknown = sorted(set(section) - known)
         if unknown:
             raise ValueError(f"train: settings {unknown} have no field in icl.settings.Train")
-        return cls(**section)
+        return cls(**{**section, **({"llc": LLC.of(section["llc"])} if "llc" in section else {})})

@@ -94,8 +94,9 @@ def run_keys(seeds: torch.Tensor, stream, purpose: int) -> tuple[torch.Tensor, t
     """The two 32-bit key words of each run's draw `purpose` in stream `stream` (an epoch), from the
     runs' seeds (an int64 tensor on the draw's device: the keys are made there, with no copy from
     the host, which on CUDA would wait for the queued steps)."""
-    a = triple32((seeds & MASK) ^ (stream & MASK))
-    a = triple32(a ^ (((stream >> 32) + 0x9E3779B9) & MASK))
+    a = triple32(triple32((seeds & MASK) ^ 0x2545F491))       # the seed hashed alone first: XORing it with the
+    a = triple32(a ^ (stream & MASK))                           # stream made (seed s, epoch e) and (s ^ x, e ^ x)
+    a = triple32(a ^ (((stream >> 32) + 0x9E3779B9) & MASK))    # one key, so seeds shared their fresh prompts
     k0 = triple32(a ^ purpose)
     return k0, triple32(k0 ^ 0x85EBCA6B ^ purpose)
 

@@ -18,7 +18,7 @@ from icl.files import atomic_path
 from icl.settings import Train
 from icl.io import (LONG_SCHEMAS, SHIFT_KEY, coded, empty_shift, long_writer, provenance_metadata, read_parquet,
                     read_shard, write_parquet)
-from icl.measures import last_layer_map, summary_table
+from icl.measures import LLC_STATUS, last_layer_map, summary_table
 from icl.parallel import Forked
 from icl.provenance import code_version, stamp
 
@@ -70,7 +70,7 @@ LOGGED_EXCEPT = ("run_id", "epoch", "diverged_at", "seconds", "device", "device_
 def logged(sh: dict) -> dict:
     """The logged arrays of a shard, (runs, logged epochs, ...) each, in the order they were logged:
     everything but the parameters (param_*), the every-epoch trace (trace_*) and the bookkeeping."""
-    return {k: v for k, v in sh.items() if k not in LOGGED_EXCEPT and not k.startswith(("param_", "trace_"))}
+    return {k: v for k, v in sh.items() if k not in LOGGED_EXCEPT and not k.startswith(("param_", "trace_", "llc_"))}
 
 
 def long_tables(sh: dict) -> dict[str, pa.Table]:
@@ -99,7 +99,23 @@ def long_tables(sh: dict) -> dict[str, pa.Table]:
             mats.append(pa.table([coded(rid, r), ep[e], coded([name], np.zeros(arr.size)), i, j, arr.ravel()],
                                  schema=LONG_SCHEMAS["matrices"]))
     out["matrices"] = pa.concat_tables(mats) if mats else LONG_SCHEMAS["matrices"].empty_table()
+    out["llc"] = llc_table(sh)
     return out
+
+
+def llc_table(sh: dict) -> pa.Table:
+    """llc.parquet rows of one shard: per run and checkpoint λ̂ and its standard error where the
+    chain check passed (NaN where not), L_n(w*), the drift statistic and the check's verdict."""
+    if "llc_llc" not in sh:
+        return LONG_SCHEMAS["llc"].empty_table()
+    rid, status = sh["run_id"].astype(str), sh["llc_status"]
+    r, e = _grid(status.shape)
+    ok = (status == 0).ravel()
+    names = [LLC_STATUS.get(int(c), "not measured") for c in range(-1, max(LLC_STATUS) + 1)]
+    return pa.table([coded(rid, r), sh["llc_epoch"][e], np.where(ok, sh["llc_llc"].ravel(), np.nan),
+                     np.where(ok, sh["llc_se"].ravel(), np.nan), sh["llc_init"].ravel(), sh["llc_drift_z"].ravel(),
+                     np.full(r.size, sh["llc_per_chain"].shape[-1]), coded(names, status.ravel() + 1)],
+                    schema=LONG_SCHEMAS["llc"])
 
 def shard_summary(path: str) -> pd.DataFrame:
     return summary_table(read_shard(path))

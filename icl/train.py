@@ -15,7 +15,7 @@ import time
 import numpy as np
 import torch
 
-from icl import models, optim
+from icl import llc, models, optim
 from icl.checkpoints import Checkpoint, chunk_paths, merge_chunks
 from icl.data import curriculum_stage, read_datasets, with_tokens
 from icl.fresh import STREAM_KIND, FreshPrompts
@@ -129,6 +129,8 @@ class ShardTraining:
                          {**self.model.log_shapes(), **curriculum})
         self.pos = {int(e): i for i, e in enumerate(self.logs.epochs)}     # logged epoch -> column
         self.trace = Trace(len(runs), self.epochs, self.model.log_shapes())
+        self.llc = (llc.Record(len(runs), llc.log_grid(self.epochs, self.tr.llc.points), self.tr.llc.chains)
+                    if self.tr.llc else None)
         self.start, self.elapsed0 = 0, 0.0
         if saved:
             self.params, self.start, self.elapsed0 = saved["params"], saved["epoch"], saved["elapsed"]
@@ -136,6 +138,8 @@ class ShardTraining:
             self.logs.arrays = {k: v.cpu().numpy() for k, v in saved["logs"].items()}
             self.logs.diverged_at = saved["diverged_at"].cpu().numpy()
             self.trace.arrays = {k: v.cpu().numpy() for k, v in saved["trace"].items()}
+            if self.llc:
+                self.llc.arrays = {k: v.cpu().numpy() for k, v in saved["llc"].items()}
         self.diverged_at = torch.as_tensor(self.logs.diverged_at, device=dev)     # marked on the device
         self.active = self.diverged_at < 0
         # full batch on fixed prompts: the step's own forward is the state the epoch starts from
@@ -203,6 +207,14 @@ class ShardTraining:
             self.opt.step(self.params, grads, self.active, self.schedule.at(step0 + i))
         self.trace.close(epoch, self.active)
 
+    def measure_llc(self, epoch: int) -> None:
+        """The LLC of every run at the weights it has at the start of `epoch`, if that epoch is one
+        of train.llc's checkpoints (icl.llc: SGLD over the run's training prompts)."""
+        if self.llc is None or epoch not in self.llc.epochs:
+            return
+        seeds = torch.as_tensor(self.seeds, dtype=torch.int64, device=self.dev)
+        self.llc.record(epoch, llc.measure(self.model, self.params, self.train, self.tr.llc, seeds, epoch, self.active))
+
     def losses(self, loss, batch, query_loss=None) -> dict:
         """What the trace keeps of a step's losses: the objective, the query's ½MSE (the objective
         itself unless the kind reads more positions) and that of predicting 0 on these prompts."""
@@ -228,7 +240,8 @@ class ShardTraining:
         return {"params": self.params, "opt": self.opt.state(), "epoch": done,
                 "logs": {k: torch.from_numpy(v) for k, v in self.logs.arrays.items()},
                 "trace": {k: torch.from_numpy(v) for k, v in self.trace.arrays.items()},
-                "diverged_at": torch.from_numpy(self.logs.diverged_at), "elapsed": float(elapsed)}
+                "diverged_at": torch.from_numpy(self.logs.diverged_at), "elapsed": float(elapsed),
+                **({"llc": {k: torch.from_numpy(v) for k, v in self.llc.arrays.items()}} if self.llc else {})}
 
     def result(self, elapsed: float) -> dict:
         """The shard's .npz: logged arrays, final parameters, where, how and how long it trained."""
@@ -249,6 +262,7 @@ class ShardTraining:
             "tokens_K": np.asarray(self.model.K or 0), "prompts_N": np.asarray(self.runs[0]["spec"]["prompts"]["N"]),
             "train_fresh": np.asarray(bool(self.tr.fresh)),
             **{f"param_{k}": v.detach().cpu().numpy() for k, v in self.params.items()},
+            **(self.llc.result() if self.llc else {}),
         }
 
 
@@ -319,6 +333,7 @@ def train_ensemble(runs: list[dict], data_paths: dict, out_path: str, dev, threa
     for epoch in range(sh.start, sh.epochs):
         train_epoch(epoch)
         done = epoch + 1
+        sh.measure_llc(done)
         prog.update(done, sh.start, sh.n_live, len(runs))
         if done % every == 0 and done < sh.epochs:
             ckpt.save(sh.state(done, sh.elapsed0 + time.time() - t0))

@@ -98,6 +98,20 @@ def test_a_runs_draws_do_not_depend_on_the_runs_beside_it():
     assert k0[0] == k0[1] != k0[2] and k0[0] != run_keys(torch.tensor([3]), 7, 2)[0][0] and k0[0] != k1[0]
 
 
+def test_every_seed_and_epoch_has_a_key_of_its_own():
+    """The seeds of a sweep draw independent fresh prompts: no (seed, epoch) shares its key with
+    another over the seeds and epochs a sweep uses. The keys once XORed the seed with the stream,
+    so that seed 1 at epoch 0 drew what seed 0 drew at epoch 1 (and every seed below 64 the same
+    prompts as seed 0, in another order)."""
+    from icl.data import STREAM_FRESH
+    seeds = torch.arange(64)
+    keys = torch.stack([run_keys(seeds, STREAM_FRESH + e, 1)[0] for e in range(256)])     # (epochs, seeds)
+    assert len(set(keys.flatten().tolist())) == keys.numel()
+    a = Stream(torch.tensor([0, 1]), STREAM_FRESH).normal(1, (50,), torch.float64)
+    b = Stream(torch.tensor([0, 1]), STREAM_FRESH + 1).normal(1, (50,), torch.float64)
+    assert not torch.equal(a[1], b[0]) and not torch.equal(a[0], b[1])
+
+
 def test_a_draw_in_spans_equals_it_at_once(monkeypatch):
     """A draw is made CHUNK values at a time (its memory bounded); its numbers are the same."""
     import icl.streams as streams

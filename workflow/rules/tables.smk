@@ -7,7 +7,7 @@ rule tables:
         shards=lambda w: expand("results/{exp}/shards/{s}.npz", exp=w.exp, s=shard_names(w.exp)),
         shift=lambda w: shift_files(w.exp),
     output:
-        expand("results/{{exp}}/{t}.parquet", t=["curves", "attention", "matrices"]),
+        expand("results/{{exp}}/{t}.parquet", t=["curves", "attention", "matrices", "llc"]),
         report("results/{exp}/summary.parquet", caption="../report/summary.rst", category="{exp}",
                subcategory="tables", labels={"table": "summary"}),
         report("results/{exp}/shift.parquet", caption="../report/shift.rst", category="{exp}",

@@ -1,0 +1,210 @@
+"""The LLC estimator (icl.llc) against what is known independently: a regular model's λ = d/2 and
+the exact stationary law of SGLD on a quadratic; a singular loss, (w₁w₂)², against its tempered
+posterior by quadrature (whose learning coefficient is ½); devinterp's SGLD and LLCEstimator
+transcribed step for step; the chain check on chains that fail it; the stages read off λ̂(t); the
+estimate inside a training job (an ensemble's run equals it alone, and a resumed job the unbroken one).
+"""
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from icl import llc
+from icl.measures import llc_stages
+from icl.settings import LLC
+from test_train import tiny_plan  # noqa: F401  (the fixture)
+
+
+def quadratic(a: torch.Tensor, c: torch.Tensor):
+    """grad_fn of L_r(w) = a_r/2 |w − c_r|² for R runs (a (R,), c (R, d))."""
+    R = len(a)
+
+    def grad_fn(w, idx):
+        C = w.shape[0] // R
+        aa, cc = a.repeat(C)[:, None], c.repeat(C, 1)
+        return 0.5 * (aa * (w - cc) ** 2).sum(1), aa * (w - cc)
+    return grad_fn
+
+
+def test_a_regular_model_has_half_its_dimension():
+    """L = a/2 |w − c|² in d = 10 dimensions, each of 16 runs its own curvature a and minimum c, the
+    chains started at c. The localised tempered posterior is Gaussian with precision p = nβa + γ,
+    and SGLD's Euler step leaves a variance 1/(p(1 − εp/4)) a coordinate, so E[nβ L] is
+    nβa/2 · d / (p(1 − εp/4)) exactly: every run's λ̂ within 4 of its standard errors of that, their
+    mean within 4 standard errors of the mean, and, the step's bias taken out, all within 4 % of d/2
+    (γ small)."""
+    R, d = 16, 10
+    a = torch.linspace(0.5, 2.0, R, dtype=torch.float64)
+    c = torch.randn(R, d, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    s = LLC(points=1, chains=8, draws=2000, burnin=300, epsilon=1e-4, gamma=1.0, nbeta=1000.0)
+    out = llc.sample(quadratic(a, c), c.clone(), torch.zeros(R, dtype=torch.float64), 1000, s, torch.arange(R), 3)
+    p = (s.nbeta * a + s.gamma).numpy()
+    exact = s.nbeta * a.numpy() / 2 * d / (p * (1 - s.epsilon * p / 4))
+    z = (out.llc - exact) / out.se
+    assert np.all(np.abs(z) < 4), z
+    assert abs(z.mean()) < 4 / math.sqrt(R)
+    np.testing.assert_allclose(out.llc * (1 - s.epsilon * p / 4), d / 2, rtol=0.04)   # the step's bias taken out
+    assert np.all(out.status == 0)
+
+
+def singular_expectation(nbeta: float, gamma: float) -> float:
+    """E[nβ (w₁w₂)²] under exp(−nβ w₁²w₂² − γ/2 |w|²), by quadrature: the w₂ integral in closed form
+    (a Gaussian of precision 2nβw₁² + γ), the w₁ integral by the trapezoid rule on a grid dense at 0."""
+    w = np.concatenate([np.geomspace(1e-12, 1e-3, 200001)[:-1], np.linspace(1e-3, 12 / math.sqrt(gamma), 400001)])
+    a = nbeta * w * w + gamma / 2
+    base = np.exp(-gamma / 2 * w * w)
+    return float(np.trapezoid(base * nbeta * w * w * math.sqrt(math.pi) / (2 * a ** 1.5), w)
+                 / np.trapezoid(base * np.sqrt(math.pi / a), w))
+
+
+def test_a_singular_model_against_its_posterior_by_quadrature():
+    """L = (w₁w₂)² at w* = 0, whose learning coefficient is ½ (multiplicity 2): at finite nβ the
+    posterior expectation is ½ − O(1/log nβ) (so the quadrature rises toward ½ like it: 0.18, 0.35,
+    0.41 at nβ/γ = 10², 10⁴, 10⁶), and λ̂ over 64 runs × 2 chains equals the quadrature's within
+    4 standard errors (ε small enough that the step's bias is below them)."""
+    vals = [singular_expectation(nb, 100.0) for nb in (1e4, 1e6, 1e8)]
+    assert vals[0] < vals[1] < vals[2] < 0.5
+    deficit = [(0.5 - v) * math.log(nb / 100.0) for v, nb in zip(vals, (1e4, 1e6, 1e8))]
+    assert all(1.0 < x < 1.6 for x in deficit)          # ½ − λ̂ ≈ c / log(nβ/γ), c → 1
+
+    def grad_fn(w, idx):
+        w1, w2 = w[:, 0], w[:, 1]
+        return (w1 * w2) ** 2, torch.stack([2 * w1 * w2 ** 2, 2 * w1 ** 2 * w2], 1)
+    R = 64
+    s = LLC(points=1, chains=2, draws=4000, burnin=500, epsilon=5e-5, gamma=100.0, nbeta=1e4)
+    out = llc.sample(grad_fn, torch.zeros(R, 2, dtype=torch.float64), torch.zeros(R, dtype=torch.float64),
+                     10 ** 6, s, torch.arange(R), 0)
+    est = out.per_chain.ravel()
+    assert abs(est.mean() - vals[0]) < 4 * est.std() / math.sqrt(est.size)
+
+
+def tiny_lsa(R: int = 3, dtype=torch.float64):
+    """An LSA kind, its runs' parameters and a token-form batch of 12 prompts (d = 2, N = 6)."""
+    from icl.models import LSA, token_batch
+    m = LSA({"init_scale": 0.3, "init_noise": 0.05}, 2)
+    params = m.init(list(range(R)), ["a"] * R, "cpu", dtype)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(R, 12, 7, 2, generator=g, dtype=dtype)
+    w = torch.randn(R, 12, 2, generator=g, dtype=dtype)
+    y = (x * w.unsqueeze(2)).sum(-1)
+    return m, params, token_batch({"x": x, "y": y}.__getitem__, False, None)
+
+
+def test_devinterp_step_for_step():
+    """devinterp's SGLD (optim/sgld.py: dw = nβ∇L + γ(w − w₀); w += −ε/2·dw; w += √ε·ξ) and its
+    sampler and LLCEstimator (slt/sampler.py, slt/llc.py: a draw is the minibatch loss at the
+    weights the step starts from, after the burn-in; λ̂ per chain nβ(mean − init_loss)), as written
+    there for one torch.nn.Module, one chain at a time, fed the ξ and minibatches of the run's
+    stream: every run's every chain equals the ensemble's to float64 rounding."""
+    from icl.streams import Stream
+    m, params, batch = tiny_lsa()
+    R, C, n = 3, 2, 12
+    s = LLC(points=1, chains=C, draws=30, burnin=10, epsilon=1e-3, gamma=50.0, nbeta=None, batch=5)
+    seeds = torch.tensor([4, 7, 9])
+    out = llc.measure(m, params, batch, s, seeds, epoch=5)
+    nbeta = llc.default_nbeta(5)
+    for r in range(R):
+        one = {k: v[r:r + 1] for k, v in batch.prompts.items()}
+        w0 = {k: v[r:r + 1].clone() for k, v in params.items()}
+        with torch.no_grad():
+            init_loss = float(m.objective(m.predict(w0, llc.Batch(one))[0], llc.Batch(one))[0])
+        for c in range(C):
+            module = torch.nn.ParameterDict({k: torch.nn.Parameter(v.clone()) for k, v in w0.items()})
+            initial = {k: v.detach().clone() for k, v in module.items()}
+            losses = []
+            for i in range(s.burnin + s.draws):
+                st = Stream(seeds[r:r + 1], llc.STREAM_LLC + 5 * llc.STEPS + i)
+                idx = (st.uniform(llc.MINIBATCH + c, (5,), torch.float64) * n).long().clamp_(max=n - 1)
+                data = llc.Batch({k: v[:, idx[0]] for k, v in one.items()})
+                loss = m.objective(m.predict(dict(module), data)[0], data)[0]
+                losses_at = loss.detach()
+                loss.backward()
+                xi = st.normal(llc.NOISE + c, (sum(p.numel() for p in module.values()),), torch.float64)[0]
+                with torch.no_grad():
+                    at = 0
+                    for k in w0:                     # the ensemble's flat order (a ParameterDict sorts its keys)
+                        p = module[k]
+                        dw = p.grad * nbeta
+                        dw.add_(p.data - initial[k], alpha=s.gamma)
+                        p.data.add_(dw, alpha=-0.5 * s.epsilon)
+                        p.data.add_(xi[at:at + p.numel()].view_as(p), alpha=s.epsilon ** 0.5)
+                        at += p.numel()
+                if i >= s.burnin:
+                    losses.append(losses_at.item())
+                module.zero_grad()
+            assert out.per_chain[r, c] == pytest.approx(nbeta * (np.mean(losses) - init_loss), rel=1e-9, abs=1e-9)
+
+
+def test_a_runs_estimate_does_not_depend_on_the_runs_beside_it():
+    m, params, batch = tiny_lsa(3)
+    s = LLC(points=1, chains=2, draws=20, burnin=5, epsilon=1e-3, gamma=50.0, batch=4)
+    seeds = torch.tensor([4, 7, 9])
+    together = llc.measure(m, params, batch, s, seeds, epoch=2)
+    alone = llc.measure(m, {k: v[1:2] for k, v in params.items()},
+                        llc.Batch({k: v[1:2] for k, v in batch.prompts.items()}), s, seeds[1:2], epoch=2)
+    np.testing.assert_allclose(together.per_chain[1], alone.per_chain[0], rtol=1e-10)
+    other = llc.measure(m, params, batch, s, seeds, epoch=3)      # another checkpoint: other draws
+    assert not np.allclose(together.draws, other.draws)
+
+
+@pytest.mark.parametrize("case, status", [("stepped too far", 1), ("still relaxing", 2), ("downhill", 3)])
+def test_the_chain_check_marks_what_it_must(case, status):
+    """Chains that diverge (εp > 4: the Euler step amplifies), that have not reached their law (ε so
+    small that 100 draws are a tenth of the relaxation time: their loss still climbs from w*'s) and that start
+    on a slope (w* off the minimum: they find lower loss, λ̂ < 0) are unusable; the same chains run
+    right pass (test_a_regular_model_has_half_its_dimension)."""
+    R, d = 8, 10
+    a = torch.linspace(0.5, 2.0, R, dtype=torch.float64)
+    c = torch.randn(R, d, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    eps, burnin, start = {"stepped too far": (1e-2, 50, c.clone()), "still relaxing": (1e-6, 0, c.clone()),
+                          "downhill": (1e-4, 100, c + 1.0)}[case]
+    s = LLC(points=1, chains=4, draws=100, burnin=burnin, epsilon=eps, gamma=1.0, nbeta=1000.0)
+    init = 0.5 * a * ((start - c) ** 2).sum(1)
+    out = llc.sample(quadratic(a, c), start, init, 1000, s, torch.arange(R), 0)
+    assert np.all(out.status == status), (out.status, out.llc, out.drift_z)
+
+
+def test_stages_are_the_turns_of_llc_past_its_noise():
+    """λ̂(t) over 24 checkpoints, log-spaced: a rise, a fall and a rise (two critical points) with
+    noise of the size real chains give; a monotone rise with the same noise (none); and turns
+    smaller than twice the standard error (none)."""
+    t = np.array(llc.log_grid(3000, 24))
+    x = np.log10(t)
+    rng = np.random.default_rng(0)
+    se = np.full(len(t), 0.4)
+    shape = np.interp(x, [0, 1.5, 2.5, 3.5], [2.0, 14.0, 6.0, 12.0])
+    b = llc_stages(shape + rng.normal(0, 0.4, len(t)), se, t)
+    assert len(b) == 2 and 20 < b[0] < 60 and 200 < b[1] < 600, b
+    assert llc_stages(2 + 3 * x + rng.normal(0, 0.4, len(t)), se, t) == []
+    assert llc_stages(5 + 0.3 * np.sin(4 * x), se, t) == []
+    assert llc_stages(np.array([1.0, np.nan, 2.0]), np.ones(3), np.array([1, 10, 100])) is None
+
+
+def test_a_training_job_measures_it_and_resumes_to_the_same(tiny_plan):
+    """train.llc in a training job: llc_* arrays at the log grid's checkpoints; every run of the
+    ensemble equals itself trained alone; a job killed after a checkpoint resumes to the unbroken
+    job's numbers; llc.parquet and the summary's stages from them."""
+    from test_train import _members, resumed_after_kill
+    from icl.measures import summary_table
+    from icl.tables import llc_table
+    from icl.train import train_shard
+    recs, paths, tmp = tiny_plan
+    members = copy.deepcopy(_members(recs, "softmax_q"))
+    for r in members:
+        r["spec"]["train"]["llc"] = {"points": 4, "chains": 2, "draws": 20, "burnin": 10, "epsilon": 1e-3,
+                                     "gamma": 100.0, "batch": 8}
+    ref = train_shard(members, paths, str(tmp / "ref.npz"))
+    assert list(ref["llc_epoch"]) == llc.log_grid(12, 4) == [1, 2, 5, 12]
+    assert ref["llc_per_chain"].shape == (len(members), 4, 2) and (ref["llc_status"] >= 0).all()
+    alone = train_shard(members[1:2], paths, str(tmp / "one.npz"))
+    np.testing.assert_allclose(alone["llc_per_chain"][0], ref["llc_per_chain"][1], rtol=1e-4)
+    res = resumed_after_kill(members, paths, str(tmp / "res.npz"), at=7)
+    for k in ref:
+        if k.startswith("llc_"):
+            np.testing.assert_array_equal(res[k], ref[k], err_msg=k)
+    table = llc_table(ref).to_pandas()
+    assert len(table) == len(members) * 4 and set(table["status"]) <= set(llc.LLC_STATUS.values())
+    summ = summary_table(ref)
+    assert summ["llc_usable"].notna().all() and "llc_boundaries" in summ
