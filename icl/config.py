@@ -253,7 +253,7 @@ def _sweep_values_ok(name: str, exp: dict) -> None:
 
 # `smoke: true` keeps every shape of an experiment (d, K, N, width, layers, heads, test lengths)
 # and cuts what only makes it long: epochs, seeds and the number of prompts.
-SMOKE = {"epochs": 2, "train": 4, "test": 4, "evaluate_prompts": 2}
+SMOKE = {"epochs": 2, "train": 4, "test": 4, "evaluate_prompts": 2, "llc_draws": 4}
 
 
 def smoke_cut(cfg: dict) -> dict:
@@ -272,6 +272,11 @@ def smoke_cut(cfg: dict) -> dict:
             tr["batch_size"] = min(tr["batch_size"], p["train"])
         if given.warmup:              # the warmup's shape kept, its length cut with the run
             tr["warmup"] = min(tr["warmup"], tr["epochs"])
+        if given.llc:                 # the LLC's path through the job kept: two checkpoints, short chains
+            tr["llc"].update(points=min(given.llc.points, 2), chains=min(given.llc.chains, 2),
+                             draws=min(given.llc.draws, SMOKE["llc_draws"]), burnin=min(given.llc.burnin, 2))
+            if given.llc.batch:
+                tr["llc"]["batch"] = min(given.llc.batch, p["train"])
         if exp.get("evaluate"):
             exp["evaluate"]["prompts"] = min(exp["evaluate"]["prompts"], SMOKE["evaluate_prompts"])
         sweep = exp.get("sweep") or {}

@@ -56,12 +56,15 @@ class Calibration:
     epoch_s: float
     log_s: float
     write_s: float
+    llc_step_s: float = 0.0       # one SGLD step of the LLC (train.llc), all chains of the shard's runs
 
-    def seconds(self, n_runs: int, epochs: int, log_every: int, startup_s: float) -> float:
+    def seconds(self, n_runs: int, epochs: int, log_every: int, startup_s: float, llc=None) -> float:
         """A job of n_runs runs of this shape: its start-up plus the calibrated parts, scaled by
-        runs (an ensemble's work grows with its runs) and by epochs and logged states."""
+        runs (an ensemble's work grows with its runs) and by epochs, logged states and (`llc`, the
+        train.llc settings) the LLC's SGLD steps."""
         logged = len(log_epochs(epochs, log_every))
         per_shard = self.prepare_s + epochs * self.epoch_s + logged * self.log_s + self.write_s
+        per_shard += llc_steps(epochs, llc) * self.llc_step_s
         return startup_s + per_shard * n_runs / self.runs
 
 
@@ -74,9 +77,24 @@ class FlopCalibration:
     steps_per_epoch: int
     rate: float
 
-    def seconds(self, n_runs: int, epochs: int, log_every: int, startup_s: float) -> float:
-        step = max(n_runs * self.run_epoch_flops / self.steps_per_epoch / self.rate, GPU_STEP_FLOOR_S)
-        return startup_s + epochs * self.steps_per_epoch * step
+    train_batch: int = 1          # prompts a training step takes (what an SGLD step's are counted against)
+
+    def seconds(self, n_runs: int, epochs: int, log_every: int, startup_s: float, llc=None) -> float:
+        """Training steps at the rate, each at least the least step; the LLC's SGLD steps as steps of
+        chains x runs rows on its minibatch (its prompts against a training step's)."""
+        step_flops = self.run_epoch_flops / self.steps_per_epoch
+        step = max(n_runs * step_flops / self.rate, GPU_STEP_FLOOR_S)
+        out = startup_s + epochs * self.steps_per_epoch * step
+        if llc:
+            share = (llc.batch or self.train_batch) / self.train_batch
+            out += llc_steps(epochs, llc) * max(n_runs * llc.chains * step_flops * share / self.rate, GPU_STEP_FLOOR_S)
+        return out
+
+
+def llc_steps(epochs: int, llc) -> int:
+    """SGLD steps a job takes for the LLC (train.llc; None: none): burn-in and draws at each checkpoint."""
+    from icl.llc import log_grid
+    return len(log_grid(epochs, llc.points)) * (llc.burnin + llc.draws) if llc else 0
 
 
 def startup_seconds() -> float:
@@ -106,7 +124,7 @@ def calibrate(members: list[Run], device: str, threads: int) -> Calibration:
         if at(a.epoch_s, b.epoch_s, p["train"]) > 1.0:
             return Calibration(1, at(a.prepare_s, b.prepare_s, (p["train"] + p["test"]) / 2),
                                at(a.epoch_s, b.epoch_s, p["train"]), at(a.log_s, b.log_s, (p["train"] + p["test"]) / 2),
-                               b.write_s)
+                               b.write_s, at(a.llc_step_s, b.llc_step_s, p["train"]))
     one = _timed(members[:1], device, threads, epochs=MAX_EPOCHS + 1, within_s=TIMED_S)
     shard_epoch = len(members) * one.epoch_s
     if len(members) == 1 or shard_epoch * CALIBRATION_EPOCHS > BUDGET_S:
@@ -129,7 +147,7 @@ def flop_calibrate(members: list[Run]) -> FlopCalibration:
     steps = -(-p["train"] // tr.batch_size) if tr.batch_size else 1
     from icl.models import MODELS       # local: torch, which _counted has loaded already
     precision = precision_on(tr.precision, "cuda", MODELS[spec["model"]["kind"]].bf16_blocks)
-    return FlopCalibration(flops, steps, GPU_FLOP_RATE[precision])
+    return FlopCalibration(flops, steps, GPU_FLOP_RATE[precision], tr.batch_size or p["train"])
 
 
 def _counted(members: list[Run], prompts: int | None) -> float:
@@ -198,7 +216,26 @@ def _timed(members: list[Run], device: str, threads: int, epochs: int, prompts: 
         t = time.perf_counter()
         np.savez(os.path.join(tmp, "result.npz"), **sh.result(0.0))
         write = time.perf_counter() - t
-    return Calibration(len(members), prepare, float(np.median(times)), log, write)
+        llc_step = _timed_llc(sh, dev) if sh.llc is not None else 0.0
+    return Calibration(len(members), prepare, float(np.median(times)), log, write, llc_step)
+
+
+LLC_TIMED_STEPS = 8
+
+
+def _timed_llc(sh, dev) -> float:
+    """Seconds of one SGLD step of the LLC on this shard (all its runs' chains): LLC_TIMED_STEPS of
+    them timed together, after a short untimed measurement (icl.llc.measure with burn-in 0)."""
+    import dataclasses
+    import torch
+    from icl import llc
+    seeds = torch.as_tensor(sh.seeds, dtype=torch.int64, device=dev)
+    llc.measure(sh.model, sh.params, sh.train, dataclasses.replace(sh.tr.llc, burnin=0, draws=2), seeds, 0)
+    t = time.perf_counter()
+    llc.measure(sh.model, sh.params, sh.train, dataclasses.replace(sh.tr.llc, burnin=0, draws=LLC_TIMED_STEPS), seeds, 0)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t) / LLC_TIMED_STEPS
 
 
 def estimate(cfg: dict, device: str = "auto", progress=None) -> list[dict]:
@@ -224,7 +261,8 @@ def estimate(cfg: dict, device: str = "auto", progress=None) -> list[dict]:
                 members = by_shard[shard]
                 tr = members[0].spec["train"]
                 rows.append({"experiment": name, "shard": shard, "runs": len(members), "threads": threads,
-                             "seconds": cal.seconds(len(members), tr["epochs"], tr["log_every"], startup),
+                             "seconds": cal.seconds(len(members), tr["epochs"], tr["log_every"], startup,
+                                                    Train.of(tr).llc),
                              "mem_mb": shard_mem_mb(members), "basis": "FLOPs" if by_flops else "timed"})
     return rows
 

@@ -8,6 +8,7 @@ shards written before the trace existed fall back to the logged epochs. The clai
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -294,8 +295,8 @@ def summary_table(sh: dict) -> pd.DataFrame:
 def llc_stages(llc: np.ndarray, se: np.ndarray, epochs: np.ndarray) -> list[int] | None:
     """Stage boundaries of one run by its LLC (Hoogland et al.: critical points of λ̂ against log t):
     the epochs where the smoothed λ̂ turns (its derivative in log t changes sign), counted only where
-    it turns by more than LLC_SWING times the median standard error of the checkpoints (a zigzag
-    filter: a turn is confirmed once λ̂ has moved that far back from the extreme). `llc`, `se` over
+    it turns by more than LLC_SWING times the standard error of the difference (a zigzag filter: a
+    turn is confirmed once λ̂ has moved that far back from the extreme, in the two checkpoints' errors). `llc`, `se` over
     `epochs`, NaN where a checkpoint's estimate is unusable (left out). None with fewer than three
     usable checkpoints."""
     ok = np.isfinite(llc) & (epochs > 0)
@@ -304,17 +305,17 @@ def llc_stages(llc: np.ndarray, se: np.ndarray, epochs: np.ndarray) -> list[int]
     x, y, t = np.log10(epochs[ok].astype(float)), llc[ok], epochs[ok]
     w = np.exp(-0.5 * ((x[:, None] - x[None, :]) / LLC_SMOOTH) ** 2)
     smooth = (w * y).sum(1) / w.sum(1)
-    errs = se[ok][np.isfinite(se[ok])]
-    swing = LLC_SWING * (float(np.median(errs)) if errs.size else 0.0)
+    e = np.nan_to_num(se[ok], nan=0.0)
+    swing = lambda i, j: LLC_SWING * math.hypot(e[i], e[j])   # a change between two checkpoints past their noise
     bounds, direction, ext = [], 0, 0          # which way λ̂ goes (0: not yet far from the start), its extreme
     for i in range(1, len(smooth)):
         move = smooth[i] - smooth[ext]
         if direction == 0:
-            if abs(smooth[i] - smooth[0]) > swing:
-                direction, ext = (1 if smooth[i] > smooth[0] else -1), i
+            if abs(move) > swing(i, ext):
+                direction, ext = (1 if move > 0 else -1), i
         elif move * direction > 0:
             ext = i                                         # still going the same way
-        elif abs(move) > swing:                             # turned, and far enough: ext was a critical point
+        elif abs(move) > swing(i, ext):                     # turned, and far enough: ext was a critical point
             bounds.append(int(t[ext]))
             direction, ext = -direction, i
     return bounds

@@ -3,7 +3,7 @@
 A family lives in one place: a new one is a class here (registered in TASKS) plus its settings in
 the schema (`$defs.task` of icl/schema/config.schema.yaml). The rest of the package asks it:
 data.py draws labels through `sample_labels`, theory/table.py asks `ldl` and `label_cov`, the
-report asks `ldl` and `scales_with_L` (the scale identity of icl.claims.ldl). A family's closed
+report asks `ldl`, `regression` and `scales_with_L` (the scale identity of icl.claims.ldl). A family's closed
 forms (the cosine's label covariance) live here too, so the theory imports the tasks and never
 the other way round.
 """
@@ -23,6 +23,7 @@ class Task:
 
     kind = ""
     ldl = False          # has a Lipschitz constant L: reported against LDL's flat/sharp theory
+    regression = False   # in-context linear regression, y = <w, x>: Garg et al.'s and Hoogland et al.'s task
 
     def draw(self, task: dict, x: np.ndarray, g: np.random.Generator) -> np.ndarray:
         """Labels y (P, T) of tokens x (P, T, d), a fresh function per prompt."""
@@ -141,6 +142,7 @@ class Linear(Task):
     """ZFB: f(x) = <w,x>, w ~ N(0, I_d); no L (reported against ZFB, not LDL)."""
 
     kind = "linear"
+    regression = True
 
     def draw(self, task, x, g):
         P, _, d = x.shape

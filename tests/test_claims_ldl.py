@@ -1025,3 +1025,27 @@ def test_mean_field_needs_five_seeds_and_a_row_the_scale_identity_repeats_is_rep
     cur3, mf3 = mf_tables(three, 1.0)
     r = one([r for r in C.mean_field(setting(three, curves=cur3, theory_curves=mf3)) if r["scope"] == "setting"])
     assert r["verdict"] == UNSURE and r["reason"] == "3 seeds: an interval over seeds needs at least 5"
+
+
+def test_the_llc_reads_the_phase_claim_as_a_second_instrument():
+    """train.llc's stages (summary llc_stages) give each regime a second row, judged like the
+    counter's, that says where the two instruments agree. Stages equal to the counter's phases: both
+    hold and agree on every run; a monotone λ̂ (one stage, as the default's short chains show) is
+    inconclusive in either regime (no theorem makes λ̂'s stages LDL's phases, so it cannot refute
+    them) and says how far the instruments part, on the counter's row too; runs without three
+    usable λ̂ are counted, not read; no LLC, no row."""
+    df = runs(seeds=EIGHT)
+    rows = C.phases_claim(setting(df.assign(llc_stages=df["n_phases"])))
+    assert [(r["group"], r["verdict"]) for r in rows] == [("flat", HOLDS), ("flat, by the LLC", HOLDS),
+                                                         ("sharp", HOLDS), ("sharp, by the LLC", HOLDS)]
+    n = int((df["L"] >= 0).sum())
+    flat = one(rows, "flat, by the LLC")
+    assert "agree on" in flat["reason"] and "stages" in flat["prediction"]
+    mono = C.phases_claim(setting(df.assign(llc_stages=1)))
+    for rg in ("flat", "sharp"):
+        row = one(mono, f"{rg}, by the LLC")
+        assert row["verdict"] == UNSURE and "agree on 0 of" in row["reason"], row
+        assert one(mono, rg)["verdict"] == HOLDS and "by the LLC: the two instruments agree on 0 of" in one(mono, rg)["reason"]
+    gaps = df.assign(llc_stages=pd.array(np.where(df["seed"] == 0, None, df["n_phases"]), dtype="Int64"))
+    assert "runs without three usable λ̂" in one(C.phases_claim(setting(gaps)), "sharp, by the LLC")["measurement"]
+    assert n and len(C.phases_claim(setting(df.assign(llc_stages=pd.array([None] * len(df), dtype="Int64"))))) == 2

@@ -21,6 +21,11 @@ def test_a_job_is_its_start_up_plus_the_calibrated_parts_scaled_by_runs_and_epoc
     want = 1.5 + 2 * (0.4 + 400 * 0.05 + 101 * 0.02 + 0.1)
     assert cal.seconds(16, 400, 4, 1.5) == pytest.approx(want)
     assert cal.seconds(8, 800, 4, 0.0) - cal.seconds(8, 400, 4, 0.0) == pytest.approx(400 * 0.05 + 100 * 0.02)
+    # the LLC: its checkpoints' SGLD steps (llc.log_grid(400, 10) has 10) at the timed step's cost
+    from icl.settings import LLC
+    with_llc = Calibration(runs=8, prepare_s=0.4, epoch_s=0.05, log_s=0.02, write_s=0.1, llc_step_s=0.01)
+    s = LLC(points=10, chains=4, draws=200, burnin=100, epsilon=1e-3, gamma=100.0)
+    assert with_llc.seconds(8, 400, 4, 0.0, s) - with_llc.seconds(8, 400, 4, 0.0) == pytest.approx(10 * 300 * 0.01)
 
 
 @pytest.fixture(scope="module")

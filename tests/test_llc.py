@@ -208,3 +208,63 @@ def test_a_training_job_measures_it_and_resumes_to_the_same(tiny_plan):
     assert len(table) == len(members) * 4 and set(table["status"]) <= set(llc.LLC_STATUS.values())
     summ = summary_table(ref)
     assert summ["llc_usable"].notna().all() and "llc_boundaries" in summ
+
+
+def test_the_report_draws_llc_and_counts_where_the_instruments_agree():
+    """The figure: one panel per setting (its lowest seed), nothing without usable estimates; the
+    table: per setting each instrument's counts and the runs where they agree."""
+    import pandas as pd
+    from icl.report.llc import agreement_table, hoogland_note, llc_figure
+    runs = pd.DataFrame({"run_id": [f"r{i}" for i in range(6)], "model": "sq", "seed": [0, 1, 2] * 2,
+                         "L": [0.2] * 3 + [2.0] * 3})
+    epochs = llc.log_grid(400, 8)
+    rng = np.random.default_rng(0)
+    llc_rows = pd.DataFrame([{"run_id": r, "epoch": e, "llc": 1 + rng.normal(0, 0.1), "llc_se": 0.1}
+                             for r in runs["run_id"] for e in epochs])
+    curves = pd.DataFrame([{"run_id": r, "epoch": e, "metric": "train_loss", "value": 1.0 / e}
+                           for r in runs["run_id"] for e in range(1, 401, 4)])
+    summary = pd.DataFrame({"run_id": runs["run_id"], "llc_stages": pd.array([1, 2, 2, 3, 3, 1], dtype="Int64"),
+                            "n_phases": pd.array([2, 2, 2, 3, 3, None], dtype="Int64"), "llc_usable": 8,
+                            "llc_boundaries": [[], [20], [20], [5, 50], [5, 50], []],
+                            "phase_ends": [[30], [30], [30], [4, 40], [4, 40], []]})
+    assert llc_figure(llc_rows, curves, runs, summary) is not None
+    assert llc_figure(llc_rows.assign(llc=np.nan), curves, runs, summary) is None
+    table = agreement_table(runs, summary).set_index("setting")
+    assert table.loc["L=0.2", "agree"] == "2 of 3" and table.loc["L=2", "agree"] == "2 of 2"
+    assert table.loc["L=2", "LLC stages (stages: runs)"] == "1: 1, 3: 2"
+    note = hoogland_note(runs, summary, nonlinear=True, linear_task=True)
+    assert "five stages" in note and "8 usable checkpoints" in note
+    assert hoogland_note(runs, summary, nonlinear=True, linear_task=False) == ""
+
+
+def test_train_llc_is_typed_validated_and_cut_by_smoke():
+    from conftest import TINY
+    from icl.config import validate
+    from icl.errors import ConfigError
+    raw = copy.deepcopy(TINY)
+    raw["experiments"]["tiny"]["train"]["llc"] = {"points": 5, "batch": 8}
+    tr = validate(raw)["experiments"]["tiny"]["train"]
+    s = LLC.of(tr["llc"])
+    assert (s.points, s.chains, s.draws, s.burnin, s.epsilon, s.gamma, s.nbeta, s.batch) == (5, 4, 200, 100, 1e-3, 100.0, None, 8)
+    smoke = validate({**raw, "smoke": True})["experiments"]["tiny_smoke"]["train"]["llc"]
+    assert (smoke["points"], smoke["chains"], smoke["draws"], smoke["burnin"], smoke["batch"]) == (2, 2, 4, 2, 4)
+    raw["experiments"]["tiny"]["train"]["llc"] = {"points": 5, "chain": 3}
+    with pytest.raises(ConfigError, match="chain"):
+        validate(raw)
+
+
+def test_the_memory_estimate_counts_the_chains():
+    """An SGLD step holds every chain's activations on its minibatch and their weights: a GPT's
+    estimate grows with train.llc's chains x batch past the training step's batch."""
+    from conftest import TINY
+    from icl.config import validate
+    from icl.models import MODELS
+    from icl.plan import plan
+    raw = copy.deepcopy(TINY)
+    spec = plan(validate(raw), "tiny")[0].spec
+    kind = MODELS[spec["model"]["kind"]]
+    base = kind.train_bytes(spec)
+    spec["train"]["llc"] = {"points": 3, "chains": 8, "draws": 10, "burnin": 5, "epsilon": 1e-3, "gamma": 100.0}
+    assert kind.train_bytes(spec) > base
+    spec["train"]["llc"]["chains"] = 1
+    assert base <= kind.train_bytes(spec) < kind.train_bytes({**spec, "train": {**spec["train"], "llc": {**spec["train"]["llc"], "chains": 8}}})

@@ -308,6 +308,10 @@ class Model:
         held += sum(sorted(seen)[-2:]) * cls.cache_floats(spec)          # the last two batches' caches
         copies = 5 if spec["model"]["optimizer"] == "adam" else 3       # value, gradient, (moments), update
         passes = max(s["batch"] * cls.step_floats(spec), s["test"] * cls.forward_floats(spec))
+        llc = Train.of(spec["train"]).llc
+        if llc:     # an SGLD step: every chain a row of its own, on its minibatch; the chains' weights and centre
+            passes = max(passes, llc.chains * min(llc.batch or s["train"], s["train"]) * cls.step_floats(spec))
+            copies += 3 * llc.chains
         return int(4 * (held + passes) + 4 * copies * cls.n_params(spec) + cls.log_bytes(spec))
 
     @classmethod

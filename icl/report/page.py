@@ -16,15 +16,15 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from icl import claims, tasks
+from icl import claims, models, tasks
 from icl.report import headline as report_headline, heads as report_heads
-from icl.report import ldl as report_ldl, zfb as report_zfb
+from icl.report import ldl as report_ldl, llc as report_llc, zfb as report_zfb
 from icl.report.settings import distinct_settings, setting_label, swept_columns
 from icl.report.curves import (attention_maps_figure, attention_scores_figure, attention_summary_figure,
                                loss_figure)
 from icl.report.figures import Figure, draw_all, later, palette, report_layout, thumbnail
 from icl.files import atomic_path
-from icl.io import read_parquet
+from icl.io import LONG_SCHEMAS, read_parquet
 from icl.report.html import TEMPLATES, write_text
 from icl.report.index import verdict_counts
 from icl.provenance import code_hash, code_version, package_versions
@@ -113,15 +113,23 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
                     each = tag + (f", {setting_label(keys, key)}" if keys else "")
                     maps += [later(report_heads.head_maps_figure, attn, g, L, each),
                              later(report_heads.own_by_head_figure, attn, g, L, each)]
+    llc_table = ""
+    if len(tables["llc"]) and tables["llc"]["run_id"].isin(r["run_id"]).any():     # train.llc: λ̂ and both instruments
+        figs.append(later(report_llc.llc_figure, tables["llc"], curves, r, summ))
+        agree = report_llc.agreement_table(r, summ)
+        kind = models.MODELS[r["model_kind"].iloc[0]]
+        note = report_llc.hoogland_note(r, summ, kind.nonlinear, tasks.family(exp["task"]["kind"]).regression)
+        llc_table = (agree.to_html(index=False, classes="tbl") if len(agree) else "") + (f"<p class=\"note\">{note}</p>" if note else "")
     if n_div:
         how += f"; {claims.count(n_div, 'diverged run')} left out of these figures (listed above)"
     if not ldl:
         return {"name": name, "kind": r["model_kind"].iloc[0], "optimizer": r["optimizer"].iloc[0],
-                "split": how, "figures": figs, "maps": maps, "theory_figures": [], "key": key}
+                "split": how, "figures": figs, "maps": maps, "theory_figures": [], "key": key, "llc_table": llc_table}
     theory_figs = [later(report_ldl.collapse_figure, tables, name), later(report_ldl.slope_figure, tables, name),
                    later(report_ldl.stability_figure, tables, name), *report_ldl.phase_diagram_figures(tables, name)]
     return {"name": name, "kind": r["model_kind"].iloc[0], "optimizer": r["optimizer"].iloc[0],
-            "split": how, "figures": figs, "maps": maps, "theory_figures": theory_figs, "key": key}
+            "split": how, "figures": figs, "maps": maps, "theory_figures": theory_figs, "key": key,
+            "llc_table": llc_table}
 
 
 def _common_domain(rows: pd.DataFrame) -> str:
@@ -183,6 +191,8 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
     tabs["attention"] = lambda ids: read_parquet(attention, run_ids=ids)
     # the report reads only the LSA's effective matrix: softmax_q's logits reach it through summary's qoff_*
     tabs["matrices"] = read_parquet(os.path.join(results_dir, "matrices.parquet"), filters=[("name", "==", "effective")])
+    llc_path = os.path.join(results_dir, "llc.parquet")          # tables made before the LLC have none
+    tabs["llc"] = read_parquet(llc_path) if os.path.exists(llc_path) else LONG_SCHEMAS["llc"].empty_table().to_pandas()
     zfb = None
     if len(tabs["shift"]):
         clean = report_zfb._lsa_rows(tabs)

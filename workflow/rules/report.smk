@@ -13,7 +13,7 @@ mimetypes.add_type("application/vnd.apache.parquet", ".parquet")   # else listed
 rule report:
     input:
         plan="results/{exp}/plan.json",
-        tables=expand("results/{{exp}}/{t}.parquet", t=["curves", "attention", "matrices", "summary", "theory",
+        tables=expand("results/{{exp}}/{t}.parquet", t=["curves", "attention", "matrices", "llc", "summary", "theory",
                                                       "theory_curves", "shift", "slopes", "stability", "verdicts"]),
         runs=report("results/{exp}/runs.parquet", caption="../report/runs.rst", category="{exp}",
                     subcategory="tables", labels={"table": "runs"}),

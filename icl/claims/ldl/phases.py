@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from icl import stats
-from icl.claims import NOT_TESTABLE, UNSURE, fmt
+from icl.claims import FAILS, NOT_TESTABLE, UNSURE, fmt
 from icl.claims.judge import Band, Choices, DEFAULT, join, judge, share, too_few_seeds
 from icl.claims.ldl.identities import regimes, resolved, scale_identity, steps
 from icl.claims.ldl.phase_power import POWER, Power, pct, power, text
@@ -81,12 +81,48 @@ def phases_claim(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
         if (weak := _weak({rg: pw})):
             v, why = NOT_TESTABLE, weak
         counts = ", ".join(f"{int(k)}: {c}" for k, c in sorted(pd.Series(n).value_counts().items()))
+        llc = llc_stage_rows(s, here, rg, want, pred, choices, n)
+        if llc:                      # the second instrument's agreement, on the counter's row too
+            why = join(why, "by the LLC: " + llc[0]["reason"].rsplit("; ", 1)[-1])
         rows.append(s.row(cid, v, eps=_eps(df), group=rg, prediction=pred, value=sh, ci_lo=lo, ci_hi=hi, reason=why,
                           measurement=join(f"{int((n == want).sum())} of {len(n)} runs ({here['seed'].nunique()} "
                                            f"seeds) show {want} phases ({sh:.0%}, 95% interval [{fmt(lo)}, {fmt(hi)}] "
                                            f"over the seeds; phases: runs {counts}); the counter's power "
                                            f"{pct(getattr(pw, rg))} on Props. 2-4's predicted traces", note)))
+        rows += llc
     return rows
+
+
+def llc_stage_rows(s: Setting, here: pd.DataFrame, rg: str, want: int, pred: str, choices: Choices,
+                   counted: np.ndarray) -> list[dict]:
+    """The same prediction read with a second instrument, the LLC's stages (train.llc; icl.measures.
+    llc_stages: critical points of λ̂ against log t, Hoogland et al.): the share of the regime's runs
+    whose λ̂ shows `want` stages, with its interval over the seeds against the same band (a share
+    outside it reads inconclusive, not "does not hold": no theorem makes λ̂'s stages LDL's phases),
+    and where the two instruments agree run by run (`counted`: the counter's phases of the same
+    runs; the reason's last clause, which the counter's row repeats). None where no run measured
+    the LLC."""
+    if "llc_stages" not in here or here["llc_stages"].isna().all():
+        return []
+    has = here["llc_stages"].notna().to_numpy()
+    k = here["llc_stages"].astype(float).to_numpy()[has]
+    sh, lo, hi = share(k == want, here["seed"].to_numpy()[has])
+    v, why = judge(lo, hi, SHARE_BAND, choices, f"the {want}-stage share")
+    if v == FAILS:       # Props. 2-4 count phases of the own logit; no theorem ties them to λ̂'s stages
+        v, why = UNSURE, (f"{why}; the LLC's stages are not LDL's phases by any theorem, so a count other than "
+                          f"{want} questions reading one as the other, not Props. 2-4")
+    same = int((k == counted[has]).sum())
+    counts = ", ".join(f"{int(c)}: {m}" for c, m in sorted(pd.Series(k).value_counts().items()))
+    agree = (f"the two instruments agree on {same} of {len(k)} runs" + (
+        "" if same == len(k) else f" (the phase counter finds {want} phases in {int((counted[has] == want).sum())}, "
+                                 f"the LLC {want} stages in {int((k == want).sum())})"))
+    missing = int((~has).sum())
+    return [s.row("ldl.phases", v, eps=_eps(s.runs), group=f"{rg}, by the LLC", prediction=pred.replace("phases", "stages"),
+                  value=sh, ci_lo=lo, ci_hi=hi, reason=join(why, agree),
+                  measurement=join(f"{int((k == want).sum())} of {len(k)} runs ({here['seed'][has].nunique()} seeds) show "
+                                   f"{want} LLC stages ({sh:.0%}, 95% interval [{fmt(lo)}, {fmt(hi)}] over the seeds; "
+                                   f"stages: runs {counts}): critical points of λ̂ against log t", agree,
+                                   f"{missing} runs without three usable λ̂" if missing else ""))]
 
 
 def transition_at_Lstar(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
