@@ -83,25 +83,34 @@ def sample(grad_fn, w0: torch.Tensor, init: torch.Tensor, n: int, s, seeds: torc
     w0's device, `epoch` the checkpoint's (it keys the draws). `grad_fn(w, idx)` gives the minibatch
     loss (C·R,) and its gradient (C·R, P) at weights w (C·R, P), idx (C·R, m) the prompts of each
     row's minibatch (None when m = n: every prompt, every step)."""
+    return estimate(chain_losses(grad_fn, w0, n, s, seeds, epoch, range(s.chains)),
+                    init.detach().double().cpu().numpy(), nbeta_of(s, n), w0.shape[1])
+
+
+def nbeta_of(s, n: int) -> float:
+    return s.nbeta or default_nbeta(min(s.batch or n, n))
+
+
+def chain_losses(grad_fn, w0: torch.Tensor, n: int, s, seeds: torch.Tensor, epoch: int, chains: range) -> np.ndarray:
+    """The draws' losses (R, len(chains), draws) of chains `chains` (their indices key their noise
+    and minibatches, so a chain's draws do not depend on which chains run beside it)."""
     R, P = w0.shape
-    C = s.chains
+    C = len(chains)
     m = min(s.batch or n, n)
-    nbeta = s.nbeta or default_nbeta(m)
-    eps = s.epsilon
+    nbeta, eps = nbeta_of(s, n), s.epsilon
     center = w0.repeat(C, 1)
     w = center.clone()
     losses = torch.empty(C, R, s.draws, dtype=torch.float64, device=w0.device)
     for t in range(s.burnin + s.draws):
         stream = Stream(seeds, STREAM_LLC + epoch * STEPS + t)
         idx = None if m >= n else torch.cat([
-            (stream.uniform(MINIBATCH + c, (m,), torch.float64) * n).long().clamp_(max=n - 1) for c in range(C)])
+            (stream.uniform(MINIBATCH + c, (m,), torch.float64) * n).long().clamp_(max=n - 1) for c in chains])
         loss, grad = grad_fn(w, idx)
         if t >= s.burnin:
             losses[:, :, t - s.burnin] = loss.detach().double().view(C, R)
-        xi = torch.cat([stream.normal(NOISE + c, (P,), w.dtype) for c in range(C)])
+        xi = torch.cat([stream.normal(NOISE + c, (P,), w.dtype) for c in chains])
         w = w - (eps / 2) * (nbeta * grad + s.gamma * (w - center)) + math.sqrt(eps) * xi
-    draws = losses.permute(1, 0, 2).cpu().numpy()
-    return estimate(draws, init.detach().double().cpu().numpy(), nbeta, P)
+    return losses.permute(1, 0, 2).cpu().numpy()
 
 
 def estimate(draws: np.ndarray, init: np.ndarray, nbeta: float, n_params: int) -> Chains:
@@ -167,7 +176,10 @@ def measure(model, params: dict, batch: Batch, s, seeds: torch.Tensor, epoch: in
     w0 = optim.flatten({k: v.detach() for k, v in params.items()}).clone()
     if alive is not None:
         w0[~alive] = 0.0
-    out = sample(model_grad_fn(model, params, batch, s.chains), w0, init, n, s, seeds, epoch)
+    group = s.together or s.chains          # chains side by side in one pass (the memory it holds)
+    parts = [chain_losses(model_grad_fn(model, params, batch, len(cs)), w0, n, s, seeds, epoch, cs)
+             for cs in (range(c, min(s.chains, c + group)) for c in range(0, s.chains, group))]
+    out = estimate(np.concatenate(parts, axis=1), init.detach().double().cpu().numpy(), nbeta_of(s, n), w0.shape[1])
     if alive is not None:
         dead = ~alive.cpu().numpy()
         out.status[dead] = 4

@@ -21,6 +21,7 @@ class LLC:
     gamma: float                            # schema default 100: the localization γ
     nbeta: float | None = None              # absent: devinterp's default m / log m (m the minibatch)
     batch: int | None = None                # absent: every training prompt each step
+    together: int | None = None             # absent: every chain side by side in one pass
 
     @classmethod
     def of(cls, section: dict | None) -> "LLC | None":

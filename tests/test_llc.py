@@ -5,6 +5,7 @@ transcribed step for step; the chain check on chains that fail it; the stages re
 estimate inside a training job (an ensemble's run equals it alone, and a resumed job the unbroken one).
 """
 import copy
+import dataclasses
 import math
 
 import numpy as np
@@ -147,6 +148,8 @@ def test_a_runs_estimate_does_not_depend_on_the_runs_beside_it():
     np.testing.assert_allclose(together.per_chain[1], alone.per_chain[0], rtol=1e-10)
     other = llc.measure(m, params, batch, s, seeds, epoch=3)      # another checkpoint: other draws
     assert not np.allclose(together.draws, other.draws)
+    one_by_one = llc.measure(m, params, batch, dataclasses.replace(s, together=1), seeds, epoch=2)
+    np.testing.assert_allclose(one_by_one.per_chain, together.per_chain, rtol=1e-10)     # chains a pass: same draws
 
 
 @pytest.mark.parametrize("case, status", [("stepped too far", 1), ("still relaxing", 2), ("downhill", 3)])

@@ -114,8 +114,9 @@ def model_section(name, runs, tables, exp, ldl: bool = True) -> dict:
                     maps += [later(report_heads.head_maps_figure, attn, g, L, each),
                              later(report_heads.own_by_head_figure, attn, g, L, each)]
     llc_table = ""
-    if len(tables["llc"]) and tables["llc"]["run_id"].isin(r["run_id"]).any():     # train.llc: λ̂ and both instruments
-        figs.append(later(report_llc.llc_figure, tables["llc"], curves, r, summ))
+    llc = tables.get("llc")
+    if llc is not None and llc["run_id"].isin(r["run_id"]).any():       # train.llc: λ̂ and both instruments
+        figs.append(later(report_llc.llc_figure, llc, curves, r, summ))
         agree = report_llc.agreement_table(r, summ)
         kind = models.MODELS[r["model_kind"].iloc[0]]
         note = report_llc.hoogland_note(r, summ, kind.nonlinear, tasks.family(exp["task"]["kind"]).regression)

@@ -54,7 +54,13 @@ def phases_claim(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     (Clopper–Pearson) interval over the seeds, against [½, 1]: it holds when the predicted count is
     what most runs show, and does not hold when most runs show another. Decided only where the
     counter's power, measured on the traces Props. 2-4 predict for these runs (phase_power), is at
-    least 80%; below it the row reads not testable and gives the power."""
+    least 80%; below it the row reads not testable and gives the power. Where the experiment
+    measures the LLC (`train.llc`), each regime has a second row, `<regime>, by the LLC`: the share
+    of its runs whose λ̂ shows the predicted number of stages (summary's `llc_stages`: Hoogland et
+    al.'s critical points of λ̂ against log t), with the same interval and band; it holds inside
+    the band and reads inconclusive outside it (no theorem makes λ̂'s stages LDL's phases, so
+    another count questions reading one as the other, not Props. 2-4). Both rows say in how many
+    runs the two instruments give the same count."""
     cid = "ldl.phases"
     df = s.runs
     if (why := scale_identity(df)):
