@@ -5,7 +5,9 @@ Calibrated, not guessed: for each shape of ensemble an experiment plans (icl.pla
 largest shard trains a few epochs here (one run of it first; the whole shard where that takes
 seconds), from its own prompt files, with the threads its job would get; the timed parts (prompt
 files, set-up, one epoch, one logged state, the result) are scaled to every shard of that shape by
-its runs, epochs and logged states, and one Python start-up (measured) is added per job. Evaluation under shift is a step of its own and not included.
+its runs, epochs and logged states, and one Python start-up (measured) is added per job. The LLC's
+SGLD steps (train.llc) are training steps of the same kind on their chains' prompts, priced as such
+(llc_work). Evaluation under shift is a step of its own and not included.
 
 Where `--device cuda` is asked for and torch sees no CUDA device, nothing can be timed on one: each
 shape's training FLOPs are counted here instead (torch's FlopCounterMode, on this CPU) and divided
@@ -29,7 +31,7 @@ import numpy as np
 
 from icl.data import data_spec
 from icl.plan import Run, plan, shape_key, shard_mem_mb, shards, train_threads
-from icl.runtime import cuda_here, log_epochs, pick_device, precision_on, stable_hash
+from icl.runtime import cuda_here, log_epochs, log_grid, pick_device, precision_on, stable_hash
 from icl.settings import Train
 
 CALIBRATION_EPOCHS = 3
@@ -56,15 +58,13 @@ class Calibration:
     epoch_s: float
     log_s: float
     write_s: float
-    llc_step_s: float = 0.0       # one SGLD step of the LLC (train.llc), all chains of the shard's runs
 
-    def seconds(self, n_runs: int, epochs: int, log_every: int, startup_s: float, llc=None) -> float:
+    def seconds(self, n_runs: int, epochs: int, log_every: int, startup_s: float, llc_epochs: float = 0.0) -> float:
         """A job of n_runs runs of this shape: its start-up plus the calibrated parts, scaled by
-        runs (an ensemble's work grows with its runs) and by epochs, logged states and (`llc`, the
-        train.llc settings) the LLC's SGLD steps."""
+        runs (an ensemble's work grows with its runs) and by epochs, logged states and the LLC's
+        SGLD steps as that many epochs' worth of training steps (`llc_epochs`, llc_epochs())."""
         logged = len(log_epochs(epochs, log_every))
-        per_shard = self.prepare_s + epochs * self.epoch_s + logged * self.log_s + self.write_s
-        per_shard += llc_steps(epochs, llc) * self.llc_step_s
+        per_shard = self.prepare_s + (epochs + llc_epochs) * self.epoch_s + logged * self.log_s + self.write_s
         return startup_s + per_shard * n_runs / self.runs
 
 
@@ -77,24 +77,36 @@ class FlopCalibration:
     steps_per_epoch: int
     rate: float
 
-    train_batch: int = 1          # prompts a training step takes (what an SGLD step's are counted against)
-
     def seconds(self, n_runs: int, epochs: int, log_every: int, startup_s: float, llc=None) -> float:
-        """Training steps at the rate, each at least the least step; the LLC's SGLD steps as steps of
-        chains x runs rows on its minibatch (its prompts against a training step's)."""
+        """Training steps at the rate, each at least the least step; the LLC's SGLD steps (`llc`:
+        (steps, prompts a step in training steps' units), llc_work()) the same, each its own launch."""
         step_flops = self.run_epoch_flops / self.steps_per_epoch
-        step = max(n_runs * step_flops / self.rate, GPU_STEP_FLOOR_S)
-        out = startup_s + epochs * self.steps_per_epoch * step
+        out = startup_s + epochs * self.steps_per_epoch * max(n_runs * step_flops / self.rate, GPU_STEP_FLOOR_S)
         if llc:
-            share = (llc.batch or self.train_batch) / self.train_batch
-            out += llc_steps(epochs, llc) * max(n_runs * llc.chains * step_flops * share / self.rate, GPU_STEP_FLOOR_S)
+            steps, size = llc
+            out += steps * max(n_runs * step_flops * size / self.rate, GPU_STEP_FLOOR_S)
         return out
 
 
-def llc_steps(epochs: int, llc) -> int:
-    """SGLD steps a job takes for the LLC (train.llc; None: none): burn-in and draws at each checkpoint."""
-    from icl.llc import log_grid
-    return len(log_grid(epochs, llc.points)) * (llc.burnin + llc.draws) if llc else 0
+def llc_work(spec: dict) -> tuple[int, float]:
+    """The LLC's SGLD steps in a job of this spec (train.llc; (0, 0) without): how many (each
+    checkpoint's burn-in and draws, for each pass of `together` chains) and how large, in training
+    steps: together x m prompts a run against the training step's batch. An SGLD step is a training
+    step of the same kind on those prompts (the model's own `step`), so it is priced as one."""
+    tr = Train.of(spec["train"])
+    if not tr.llc:
+        return 0, 0.0
+    s, n = tr.llc, spec["prompts"]["train"]
+    together = min(s.together or s.chains, s.chains)
+    steps = len(log_grid(tr.epochs, s.points)) * (s.burnin + s.draws) * -(-s.chains // together)
+    return steps, together * min(s.batch or n, n) / (tr.batch_size or n)
+
+
+def llc_epochs(spec: dict) -> float:
+    """The LLC's SGLD steps as epochs of training (llc_work over the steps an epoch takes)."""
+    steps, size = llc_work(spec)
+    n, batch = spec["prompts"]["train"], Train.of(spec["train"]).batch_size
+    return steps * size / (-(-n // batch) if batch else 1)
 
 
 def startup_seconds() -> float:
@@ -124,7 +136,7 @@ def calibrate(members: list[Run], device: str, threads: int) -> Calibration:
         if at(a.epoch_s, b.epoch_s, p["train"]) > 1.0:
             return Calibration(1, at(a.prepare_s, b.prepare_s, (p["train"] + p["test"]) / 2),
                                at(a.epoch_s, b.epoch_s, p["train"]), at(a.log_s, b.log_s, (p["train"] + p["test"]) / 2),
-                               b.write_s, at(a.llc_step_s, b.llc_step_s, p["train"]))
+                               b.write_s)
     one = _timed(members[:1], device, threads, epochs=MAX_EPOCHS + 1, within_s=TIMED_S)
     shard_epoch = len(members) * one.epoch_s
     if len(members) == 1 or shard_epoch * CALIBRATION_EPOCHS > BUDGET_S:
@@ -147,7 +159,7 @@ def flop_calibrate(members: list[Run]) -> FlopCalibration:
     steps = -(-p["train"] // tr.batch_size) if tr.batch_size else 1
     from icl.models import MODELS       # local: torch, which _counted has loaded already
     precision = precision_on(tr.precision, "cuda", MODELS[spec["model"]["kind"]].bf16_blocks)
-    return FlopCalibration(flops, steps, GPU_FLOP_RATE[precision], tr.batch_size or p["train"])
+    return FlopCalibration(flops, steps, GPU_FLOP_RATE[precision])
 
 
 def _counted(members: list[Run], prompts: int | None) -> float:
@@ -216,26 +228,7 @@ def _timed(members: list[Run], device: str, threads: int, epochs: int, prompts: 
         t = time.perf_counter()
         np.savez(os.path.join(tmp, "result.npz"), **sh.result(0.0))
         write = time.perf_counter() - t
-        llc_step = _timed_llc(sh, dev) if sh.llc is not None else 0.0
-    return Calibration(len(members), prepare, float(np.median(times)), log, write, llc_step)
-
-
-LLC_TIMED_STEPS = 8
-
-
-def _timed_llc(sh, dev) -> float:
-    """Seconds of one SGLD step of the LLC on this shard (all its runs' chains): LLC_TIMED_STEPS of
-    them timed together, after a short untimed measurement (icl.llc.measure with burn-in 0)."""
-    import dataclasses
-    import torch
-    from icl import llc
-    seeds = torch.as_tensor(sh.seeds, dtype=torch.int64, device=dev)
-    llc.measure(sh.model, sh.params, sh.train, dataclasses.replace(sh.tr.llc, burnin=0, draws=2), seeds, 0)
-    t = time.perf_counter()
-    llc.measure(sh.model, sh.params, sh.train, dataclasses.replace(sh.tr.llc, burnin=0, draws=LLC_TIMED_STEPS), seeds, 0)
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    return (time.perf_counter() - t) / LLC_TIMED_STEPS
+    return Calibration(len(members), prepare, float(np.median(times)), log, write)
 
 
 def estimate(cfg: dict, device: str = "auto", progress=None) -> list[dict]:
@@ -262,7 +255,7 @@ def estimate(cfg: dict, device: str = "auto", progress=None) -> list[dict]:
                 tr = members[0].spec["train"]
                 rows.append({"experiment": name, "shard": shard, "runs": len(members), "threads": threads,
                              "seconds": cal.seconds(len(members), tr["epochs"], tr["log_every"], startup,
-                                                    Train.of(tr).llc),
+                                                    llc_work(members[0].spec) if by_flops else llc_epochs(members[0].spec)),
                              "mem_mb": shard_mem_mb(members), "basis": "FLOPs" if by_flops else "timed"})
     return rows
 

@@ -37,6 +37,7 @@ import torch
 from icl import optim
 from icl.measures import LLC_STATUS  # noqa: F401  (what `status` codes mean)
 from icl.models import Batch
+from icl.runtime import log_grid  # noqa: F401  (where the LLC is measured)
 from icl.streams import Stream
 
 STREAM_LLC = 1 << 40          # + epoch · STEPS + step: the SGLD draws (far from icl.data's streams)
@@ -54,14 +55,6 @@ DIVERGED = 100.0              # a draw with nβ(L − L(w*)) past this many time
 def default_nbeta(m: int) -> float:
     """devinterp's default inverse temperature nβ for a minibatch of m: m / log m."""
     return m / math.log(m) if m > 1 else 1.0
-
-
-def log_grid(epochs: int, points: int) -> list[int]:
-    """`points` epochs from 1 to `epochs`, evenly spaced in log t (rounded, repeats dropped): where
-    the LLC is measured. Stages are read against log t, so the grid is even there."""
-    if points < 2 or epochs < 1:
-        return [epochs] if epochs >= 1 else []
-    return sorted({int(round(x)) for x in np.geomspace(1, epochs, points)})
 
 
 class Chains(NamedTuple):

@@ -1,11 +1,13 @@
 """What the planner and the jobs it plans share, so a training or evaluation job never imports
-the planner: run ids (`stable_hash`), the logged epochs, how many runs' prompt files a training
+the planner: run ids (`stable_hash`), the logged epochs and the LLC's (`log_grid`), how many runs' prompt files a training
 job loads at once, the device a job runs on and its precision. Imports nothing of the package; torch only when
 a device is picked (the planner runs at the workflow's parse time)."""
 from __future__ import annotations
 
 import hashlib
 import json
+
+import numpy as np
 
 LOAD_GROUP = 16        # runs whose prompt files a training job holds at once while preparing them (icl.train)
 
@@ -20,6 +22,14 @@ def log_epochs(epochs: int, every: int) -> list[int]:
     if e[-1] != epochs:
         e.append(epochs)
     return e
+
+
+def log_grid(epochs: int, points: int) -> list[int]:
+    """`points` epochs from 1 to `epochs`, evenly spaced in log t (rounded, repeats dropped): where
+    the LLC is measured. Stages are read against log t, so the grid is even there."""
+    if points < 2 or epochs < 1:
+        return [epochs] if epochs >= 1 else []
+    return sorted({int(round(x)) for x in np.geomspace(1, epochs, points)})
 
 
 def device_setting(flag: str | None, settings: dict) -> str:

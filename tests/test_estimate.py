@@ -21,11 +21,19 @@ def test_a_job_is_its_start_up_plus_the_calibrated_parts_scaled_by_runs_and_epoc
     want = 1.5 + 2 * (0.4 + 400 * 0.05 + 101 * 0.02 + 0.1)
     assert cal.seconds(16, 400, 4, 1.5) == pytest.approx(want)
     assert cal.seconds(8, 800, 4, 0.0) - cal.seconds(8, 400, 4, 0.0) == pytest.approx(400 * 0.05 + 100 * 0.02)
-    # the LLC: its checkpoints' SGLD steps (llc.log_grid(400, 10) has 10) at the timed step's cost
-    from icl.settings import LLC
-    with_llc = Calibration(runs=8, prepare_s=0.4, epoch_s=0.05, log_s=0.02, write_s=0.1, llc_step_s=0.01)
-    s = LLC(points=10, chains=4, draws=200, burnin=100, epsilon=1e-3, gamma=100.0)
-    assert with_llc.seconds(8, 400, 4, 0.0, s) - with_llc.seconds(8, 400, 4, 0.0) == pytest.approx(10 * 300 * 0.01)
+    # the LLC: its SGLD steps priced as training steps of the same runs on its chains' prompts
+    from icl.estimate import llc_epochs, llc_work
+    spec = {"prompts": {"train": 300}, "train": {"epochs": 400, "log_every": 4, "checkpoint_every": 50, "fresh": False,
+                                                 "batch_size": 100,
+                                                 "llc": {"points": 10, "chains": 4, "draws": 200, "burnin": 100,
+                                                         "epsilon": 1e-3, "gamma": 100.0, "batch": 50, "together": 2}}}
+    steps, size = llc_work(spec)
+    assert (steps, size) == (10 * 300 * 2, 2 * 50 / 100)          # 10 checkpoints, 300 steps, 2 passes of 2 chains
+    assert llc_epochs(spec) == pytest.approx(steps * size / 3)    # 3 training steps an epoch
+    assert cal.seconds(8, 400, 4, 0.0, llc_epochs(spec)) - cal.seconds(8, 400, 4, 0.0) == pytest.approx(
+        llc_epochs(spec) * 0.05)
+    spec["train"].pop("llc")
+    assert llc_work(spec) == (0, 0.0) and llc_epochs(spec) == 0.0
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +109,9 @@ def test_a_flop_based_job_is_its_steps_at_the_rate_or_at_the_floor():
     # a small step is no faster than the floor, whatever its FLOPs
     small = FlopCalibration(run_epoch_flops=1e6, steps_per_epoch=1, rate=50e12)
     assert small.seconds(8, 400, 4, 0.0) == pytest.approx(400 * GPU_STEP_FLOOR_S)
+    # the LLC's SGLD steps: 3000 steps of half a training step's prompts, 16 runs (0.32 s each); a small one at the floor
+    assert cal.seconds(16, 300, 10, 1.5, (3000, 0.5)) - cal.seconds(16, 300, 10, 1.5) == pytest.approx(3000 * 0.32)
+    assert small.seconds(8, 400, 4, 0.0, (3000, 0.5)) - small.seconds(8, 400, 4, 0.0) == pytest.approx(3000 * GPU_STEP_FLOOR_S)
 
 
 def _gpt_raw() -> dict:

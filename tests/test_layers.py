@@ -111,6 +111,24 @@ def test_the_page_composes_and_its_siblings_draw():
     assert "icl.report.curves" in GRAPH["icl.report.page"]
 
 
+def test_the_model_interface_is_apart_from_its_memory_and_attention_summaries():
+    """icl/models/base.py holds the interface a training loop calls (Model, Step, Batch and the
+    prompt layouts); the memory model a planner asks (Memory) and the attention summaries every
+    kind's diagnostics compute live in modules of their own, and the memory model imports no torch
+    (issue 51.4)."""
+    tree = ast.parse((PKG / "models" / "base.py").read_text())
+    model = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model")
+    methods = {n.name for n in model.body if isinstance(n, ast.FunctionDef)}
+    assert not methods & {"train_bytes", "eval_bytes", "step_floats", "prompt_floats", "log_bytes"}, methods
+    assert [b.id for b in model.bases] == ["Memory"]
+    functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assert not {f for f in functions if "attention" in f or f.endswith("_own")}, functions
+    assert GRAPH["icl.models.memory"] <= {"icl.settings"}
+    mem = ast.parse((PKG / "models" / "memory.py").read_text())
+    assert not [n for n in ast.walk(mem) if isinstance(n, (ast.Import, ast.ImportFrom))
+                and "torch" in ast.unparse(n)]
+
+
 # A kind's name as a string outside icl/models/ only where it is data, never to branch on: a
 # claim, a theory table or a figure asks icl.models.kinds(trait) instead (icl/models/base.py).
 NAME_AS_DATA = {

@@ -1,5 +1,6 @@
-"""What every model kind shares: the Model interface, prompts as a model reads them (Batch),
-attention summaries, and the initialisation streams.
+"""What every model kind shares: the Model interface, prompts as a model reads them (Batch and the
+token and count layouts) and the initialisation streams. The attention summaries are in
+icl.models.attention, the memory model (Memory, which Model inherits) in icl.models.memory.
 
 Ensemble models: every parameter has a leading run dimension R, so one call trains a shard.
 Inputs: x (R, B, T, d) with the query last (T = N + 1), y (R, B, T) whose query entry is the
@@ -19,8 +20,7 @@ touches its module, `icl/models/__init__.py` (one line) and the schema. A kind's
 once (`Settings`, read with `settings(model)`); tests/test_model_settings.py holds the schema's
 per-kind properties and defaults against it.
 
-torch is imported on first use (`lazy_torch`): the plan runs at Snakemake's parse time and the
-tables and report jobs never train, and importing torch costs 1-3 s a process.
+torch is imported on first use (icl.models.lazy).
 """
 from __future__ import annotations
 
@@ -31,25 +31,10 @@ from typing import NamedTuple
 import numpy as np
 
 from icl.data import tokens_are_features
-from icl.settings import Train
-
-
-class _LazyTorch:
-    """Stands for `torch` in a module's globals until the module first uses it, then puts the real
-    module in its place (so later uses cost nothing)."""
-
-    def __init__(self, namespace: dict):
-        self._namespace = namespace
-
-    def __getattr__(self, name):
-        import torch as real
-        self._namespace["torch"] = real
-        return getattr(real, name)
-
-
-def lazy_torch(namespace: dict):
-    """`torch = lazy_torch(globals())`: torch, imported when the module first touches it."""
-    return _LazyTorch(namespace)
+from icl.models.attention import (attention_logs, count_attention_logs, knn_count, nearest,  # noqa: F401
+                                   nearest_tokens, own_attention, token_attention_logs, token_own)
+from icl.models.lazy import lazy_torch
+from icl.models.memory import Memory
 
 
 torch = lazy_torch(globals())
@@ -80,26 +65,6 @@ class Batch:
 
 
 
-def knn_count(N: int) -> int:
-    """How many nearest context tokens `attn_knn` sums over: a tenth of the context, at least 1."""
-    return max(1, N // 10)
-
-
-def nearest(dist: torch.Tensor, k: int) -> torch.Tensor:
-    """Indices (R, B, k) of the k context tokens with the smallest distance to the query, ties
-    broken by position (a stable sort), so that every form of a prompt picks the same tokens."""
-    return torch.sort(dist, dim=-1, stable=True).indices[..., :k]
-
-
-def nearest_tokens(x: torch.Tensor, k: int) -> torch.Tensor:
-    """The k context tokens closest to the query (Euclidean).
-
-    attn_knn (the attention mass on them) is the attention summary for continuous tokens, where
-    there are no features. For discrete tokens it saturates below 1 (k = N/10 tokens of the
-    ~N/K that share the query's feature): read attn_own there."""
-    return nearest(((x[:, :, :-1] - x[:, :, -1:]) ** 2).sum(-1), k)
-
-
 def token_batch(arrays, diagnose: bool, K) -> Batch:
     """The token form every model can read: x, y; with `diagnose`, what the attention summaries
     need: the query's nearest context tokens and, for discrete tokens, the tokens' features and
@@ -115,47 +80,6 @@ def token_batch(arrays, diagnose: bool, K) -> Batch:
             prompts["same"] = (feat[:, :, :-1] == feat[:, :, -1:]).to(x.dtype)   # tokens of the query's feature
             runs["features"] = arrays("features")
     return Batch(prompts, runs)
-
-
-def own_attention(own, query) -> torch.Tensor:
-    """attn_own per run (R,) from each prompt's mass on the tokens of its query's feature, own
-    (R, B), and the query's feature as a one-hot (R, B, K): the diagonal mean of the attention
-    map (the mean over query features j of the mean own mass of the queries with feature j;
-    features no query has are left out). The trace computes it every epoch from these two
-    (R, B) quantities alone, and the logs from the same function, so they agree exactly."""
-    sums = torch.bmm(query.transpose(1, 2), own.unsqueeze(-1))[..., 0]                # (R, K)
-    return (sums / query.sum(1)).nanmean(-1)
-
-
-def attention_logs(mass, query, entropy, knn_mass, K, own=None) -> dict:
-    """Per-run summaries of attention from per-prompt quantities: `mass` (R, B, K) on each key
-    feature, the query's feature as a one-hot (R, B, K), the entropy over tokens and the mass on
-    the nearest tokens (R, B), and (optional) each prompt's own mass (R, B). attn[r, k, j] is the
-    mean mass a query with feature j puts on feature k (NaN where no query has feature j);
-    attn_own its diagonal mean (own_attention)."""
-    out = {"attn_entropy": entropy.mean(1), "attn_knn": knn_mass.mean(1)}
-    if K:
-        sums = torch.bmm(query.transpose(1, 2), mass)                                  # [r, j, k]
-        amap = (sums / query.sum(1).unsqueeze(-1)).transpose(1, 2)
-        out["attn"] = amap
-        out["attn_own"] = own_attention((mass * query).sum(-1) if own is None else own, query)
-    return out
-
-
-def token_attention_logs(a, batch: Batch, K) -> dict:
-    """attention_logs of token-level attention a (R, B, N)."""
-    ent = -(a * torch.log(a.clamp_min(1e-30))).sum(-1)
-    knn = torch.gather(a, 2, batch["knn"]).sum(-1)
-    if not K:
-        return attention_logs(None, None, ent, knn, None)
-    mass = torch.zeros(*a.shape[:2], K, dtype=a.dtype, device=a.device).scatter_add_(2, batch["feat"][:, :, :-1], a)
-    return attention_logs(mass, batch["query"], ent, knn, K, own=token_own(a, batch))
-
-
-def token_own(a, batch: Batch) -> torch.Tensor:
-    """Each prompt's attention mass on the context tokens of its query's feature, (R, B), from
-    token-level attention a (R, B, N)."""
-    return (a * batch["same"]).sum(-1)
 
 
 def count_batch(arrays, diagnose: bool, K: int) -> Batch:
@@ -178,15 +102,6 @@ def count_batch(arrays, diagnose: bool, K: int) -> Batch:
     return Batch(prompts, {"features": V})
 
 
-def count_attention_logs(mass, batch: Batch, K: int) -> dict:
-    """attention_logs of the count form: mass (R, B, K) the attention on each feature's tokens
-    together (mass / n_k on each of them)."""
-    n = batch["n"]
-    w = torch.where(n > 0, mass / n.clamp_min(1), torch.zeros_like(n))
-    ent = -(n * w * torch.log(w.clamp_min(1e-30))).sum(-1)
-    return attention_logs(mass, batch["query"], ent, (batch["near"] * w).sum(-1), K)
-
-
 @dataclasses.dataclass(frozen=True)
 class NoSettings:
     """A kind with no settings of its own."""
@@ -202,7 +117,7 @@ class Step(NamedTuple):
     query_loss: object
 
 
-class Model:
+class Model(Memory):
     """A model kind: what the training loop calls (an instance, for one shard's model section
     and tokens), and what the plan, the tables and the report ask of the kind (classmethods on
     a run's spec; no torch). The defaults read the token form."""
@@ -243,107 +158,6 @@ class Model:
         """Settings that are wrong together (the schema checks each alone): (key under the model
         section, what is wrong and what is allowed) for each problem."""
         return []
-
-    # Memory (bytes of one run inside a training ensemble; benchmarks/memory.py measures each kind
-    # at the paper's shapes against the slope of the peak RSS over two shard sizes). The parts:
-    # the prompts as the model holds them, each split's per-prompt floats (`prompt_floats`) plus
-    # the token sequences a model caches for the two batches it saw last (`cache_floats`); the
-    # larger of a training step's activations (`step_floats` per prompt of the batch) and a no-
-    # gradient forward's (chunked where a kind would otherwise hold more: then a constant of the
-    # job, not of the run); the parameters with their gradient and optimizer state; the logs and
-    # the every-epoch trace (float64). What does not grow with the runs (Python, torch, one group
-    # of prompts being prepared, a chunk of a forward) is the job's base, not counted here.
-
-    @staticmethod
-    def _prompts(spec: dict) -> dict:
-        p, tok, tr = spec["prompts"], spec["tokens"], Train.of(spec["train"])
-        return {"train": p["train"], "test": p["test"], "batch": tr.batch_size or p["train"],
-                "fresh": tr.fresh, "N": p["N"], "T": p["N"] + 1, "d": tok["d"],
-                "K": tok.get("K") if tok["kind"] == "discrete" else None}
-
-    @classmethod
-    def prompt_floats(cls, spec: dict, diagnose: bool) -> float:
-        """Floats (4 bytes) one prompt holds in the token form: x and y, and where prompts are
-        prepared with diagnostics (the fixed training prompts) the query's nearest tokens (int64)
-        and, for discrete tokens, every token's feature (int64), whether it is the query's, and
-        the query's one-hot."""
-        s = cls._prompts(spec)
-        out = s["T"] * (s["d"] + 1)
-        if diagnose:
-            out += 2 * max(1, s["N"] // 10) + (2 * s["T"] + s["N"] + s["K"] if s["K"] else 0)
-        return out
-
-    @classmethod
-    def cache_floats(cls, spec: dict) -> float:
-        """Floats per prompt of the token sequence a kind caches for a batch it reads again."""
-        return 0
-
-    @classmethod
-    def step_floats(cls, spec: dict) -> float:
-        """Floats per prompt of the batch that a training step holds at its peak."""
-        return 3 * cls._prompts(spec)["N"]
-
-    @classmethod
-    def forward_floats(cls, spec: dict) -> float:
-        """Floats per test prompt of a forward without gradients (0 where it is chunked)."""
-        return 0
-
-    @classmethod
-    def n_params(cls, spec: dict) -> int:
-        return 0
-
-    @classmethod
-    def train_bytes(cls, spec: dict) -> int:
-        """Peak memory of one run inside a training ensemble (see the comment above): what the
-        planner cuts shards by and a job asks its scheduler for."""
-        s = cls._prompts(spec)
-        held = s["train"] * cls.prompt_floats(spec, True) + s["test"] * cls.prompt_floats(spec, False)
-        seen = [s["train"], s["test"]]
-        if s["fresh"]:                         # this epoch's new prompts, and their cache
-            held += s["train"] * cls.prompt_floats(spec, False)
-            seen.append(s["train"])
-        elif s["batch"] < s["train"]:          # a minibatch taken from the training prompts
-            held += s["batch"] * cls.prompt_floats(spec, True)
-            seen.append(s["batch"])
-        held += sum(sorted(seen)[-2:]) * cls.cache_floats(spec)          # the last two batches' caches
-        copies = 5 if spec["model"]["optimizer"] == "adam" else 3       # value, gradient, (moments), update
-        passes = max(s["batch"] * cls.step_floats(spec), s["test"] * cls.forward_floats(spec))
-        llc = Train.of(spec["train"]).llc
-        if llc:     # an SGLD step: every chain a row of its own, on its minibatch; the chains' weights and centre
-            together = min(llc.together or llc.chains, llc.chains)
-            passes = max(passes, together * min(llc.batch or s["train"], s["train"]) * cls.step_floats(spec))
-            copies += 3 * together
-        return int(4 * (held + passes) + 4 * copies * cls.n_params(spec) + cls.log_bytes(spec))
-
-    @classmethod
-    def ensemble_cap(cls, spec: dict) -> int | None:
-        """Most runs a shard should step together on a CPU, where more would be slower per run
-        than a loop over them (the plan cuts shards to it unless `device: cuda`); None: no cap."""
-        return None
-
-    @classmethod
-    def log_bytes(cls, spec: dict) -> int:
-        """The logs (float64, every logged epoch) and the trace (every epoch: three losses, the own
-        attention, softmax_q's K×K logits) of one run."""
-        tr, s = spec["train"], cls._prompts(spec)
-        logged = tr["epochs"] // tr["log_every"] + 2
-        K2 = (s["K"] or 0) ** 2
-        per_log = 6 + K2 + cls.log_matrix_floats(spec)
-        return 8 * (logged * per_log + (tr["epochs"] + 1) * (4 + K2))
-
-    @classmethod
-    def log_matrix_floats(cls, spec: dict) -> int:
-        """Floats a logged epoch holds beyond the curves and one K x K map (matrices, per-head maps)."""
-        return 0
-
-    @classmethod
-    def eval_bytes(cls, spec: dict, width: int = 1) -> int:
-        """Rough peak memory of evaluating one run on its largest cell: the prompts in float64
-        (numpy) and float32 (torch), the baselines' per-prompt d×d systems and the forward pass."""
-        ev, d = spec["evaluate"], spec["tokens"]["d"]
-        P, n_tok = ev["prompts"], max(ev["lengths"]) + 1
-        data = P * n_tok * (d + 1) * (8 + 4) + P * d * d * 8 * 4
-        return data + 4 * P * n_tok * (d + 2 + 2 * width)
 
     # ---- one shard's model
 
