@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from icl.errors import ConfigError
-from icl.settings import Train
+from icl.settings import Tokens, Train
 from icl.sweep import apply_override, sweep_axes
 
 
@@ -121,18 +121,19 @@ def check_experiment(exp: dict, name: str | None = None) -> None:
     """Checks that need more than one field at a time (also run on every point of a sweep)."""
     where = f"experiments.{name}" if name else "experiment"
     tok = exp["tokens"]
+    typed = Tokens.of(tok)
     if tok["kind"] == "discrete":
-        if tok.get("features", "orthogonal") == "orthogonal" and tok["K"] > tok["d"]:
+        if typed.features == "orthogonal" and tok["K"] > tok["d"]:
             raise ConfigError(
                 f"{where}.tokens.K: K={tok['K']} orthogonal features do not fit in d={tok['d']} dimensions; "
                 "allowed: K <= d, or set tokens.features: random")
-        probs = tok.get("probs")
+        probs = typed.probs
         if probs is not None:
             if len(probs) != tok["K"]:
                 raise ConfigError(f"{where}.tokens.probs: has {len(probs)} entries; must have K={tok['K']}")
             if not math.isclose(sum(probs), 1.0, abs_tol=1e-6):
                 raise ConfigError(f"{where}.tokens.probs: sums to {sum(probs):.6g}; must sum to 1")
-    if tok["kind"] == "gaussian" and isinstance(tok.get("covariance"), (list, dict)):
+    if tok["kind"] == "gaussian" and isinstance(typed.covariance, (list, dict)):
         cov = tok["covariance"]
         lam, key = (cov, "covariance") if isinstance(cov, list) else (cov["eigenvalues"], "covariance.eigenvalues")
         if len(lam) != tok["d"]:

@@ -13,6 +13,7 @@ import numpy as np
 from icl.files import atomic_path
 from icl.settings import Train
 from icl.tasks import sample_labels   # each task family draws its own labels (icl/tasks.py)
+from icl.settings import Tokens
 
 STREAM_FEATURES, STREAM_TRAIN, STREAM_TEST = 0, 1, 2
 STREAM_EVAL = 100_000        # + cell index: evaluation prompts under shift (icl.evaluate)
@@ -32,7 +33,7 @@ def rng(seed: int, stream: int) -> np.random.Generator:
 def features(tokens: dict, seed: int) -> np.ndarray:
     """K feature vectors in R^d with pairwise distance delta (orthogonal) or min distance delta (random)."""
     K, d, delta = tokens["K"], tokens["d"], tokens["delta"]
-    if tokens.get("features", "orthogonal") == "orthogonal":
+    if Tokens.of(tokens).features == "orthogonal":
         if K > d:
             raise ValueError(f"tokens: K={K} orthogonal features need d >= K, got d={d}")
         return delta / np.sqrt(2.0) * np.eye(K, d)
@@ -43,14 +44,14 @@ def features(tokens: dict, seed: int) -> np.ndarray:
 
 def feature_probs(tokens: dict) -> np.ndarray:
     """p_k of discrete tokens: the config's `probs`, else uniform 1/K."""
-    return np.asarray(tokens.get("probs") or np.full(tokens["K"], 1.0 / tokens["K"]), float)
+    return np.asarray(Tokens.of(tokens).probs or np.full(tokens["K"], 1.0 / tokens["K"]), float)
 
 
 def tokens_are_features(tokens: dict) -> bool:
     """Noiseless discrete tokens: every token is its feature's row, x = features[feat], so a prompt
     is known by its feature indices (the prompt files keep those, not x) and a model whose context
     enters through a softmax over tokens can read it as per-feature counts (the count form)."""
-    return tokens["kind"] == "discrete" and not tokens.get("noise")
+    return tokens["kind"] == "discrete" and not Tokens.of(tokens).noise
 
 
 def feature_indices(tokens: dict, n_prompts: int, n_tok: int, g: np.random.Generator) -> np.ndarray:
@@ -74,11 +75,11 @@ def sample_tokens(tokens: dict, feats, n_prompts: int, n_tok: int, g: np.random.
     if tokens["kind"] == "discrete":
         idx = feature_indices(tokens, n_prompts, n_tok, g)
         x = feats[idx]
-        if tokens.get("noise", 0.0) > 0:
+        if Tokens.of(tokens).noise > 0:
             x = x + tokens["noise"] * g.standard_normal(x.shape)
         return x, idx
     if tokens["kind"] == "random_covariance":
-        lam = tokens.get("scale", 1.0) * g.standard_exponential((n_prompts, 1, d))   # Λ_τ = diag(λ) per prompt
+        lam = Tokens.of(tokens).scale * g.standard_exponential((n_prompts, 1, d))   # Λ_τ = diag(λ) per prompt
         x = g.standard_normal((n_prompts, n_tok, d)) * np.sqrt(lam)
         return x, np.full((n_prompts, n_tok), -1)
     x = g.standard_normal((n_prompts, n_tok, d)) * np.sqrt(eigenvalues(tokens))
@@ -91,7 +92,7 @@ def sample_tokens(tokens: dict, feats, n_prompts: int, n_tok: int, g: np.random.
 def eigenvalues(tokens: dict) -> np.ndarray:
     """Eigenvalues of a gaussian token covariance: identity, a list, 'skewed' (λ_i ∝ 1/i, trace d),
     or {eigenvalues: [...], rotation_seed: n} (a rotated, non-diagonal covariance)."""
-    d, cov = tokens["d"], tokens.get("covariance", "identity")
+    d, cov = tokens["d"], Tokens.of(tokens).covariance
     if isinstance(cov, dict):
         return np.asarray(cov["eigenvalues"], dtype=float)
     if cov == "identity":
@@ -105,7 +106,7 @@ def eigenvalues(tokens: dict) -> np.ndarray:
 def rotation(tokens: dict) -> np.ndarray | None:
     """The eigenvectors R of a rotated gaussian covariance (Haar-random from `rotation_seed`, the
     same for every run seed: Λ is part of the data distribution), or None where Λ is diagonal."""
-    cov = tokens.get("covariance")
+    cov = Tokens.of(tokens).covariance
     if not isinstance(cov, dict) or cov.get("rotation_seed") is None:
         return None
     Q, r = np.linalg.qr(rng(int(cov["rotation_seed"]), STREAM_ROTATION).standard_normal((tokens["d"],) * 2))

@@ -14,6 +14,7 @@ import torch
 from icl.data import STREAM_FRESH, eigenvalues, feature_probs, rotation
 from icl.streams import Stream
 from icl.tasks import family
+from icl.settings import Tokens
 
 TOKENS, NOISE, SCALES = 1, 2, 3      # purposes of the tokens' draws (the tasks' start at icl.tasks.PURPOSE)
 STREAM_KIND = "icl.streams triple32 counter hash, seed hashed before the stream (integers equal on CPU and CUDA; normals rounded from float64)"
@@ -35,7 +36,7 @@ class FreshPrompts:
         self.d, self.P = specs[0]["tokens"]["d"], specs[0]["prompts"]["train"]
         self.N = specs[0]["prompts"]["N"]
         t = lambda a: torch.as_tensor(np.asarray(a, dtype=np.float32), device=device)
-        noise = [s["tokens"].get("noise") or 0.0 for s in specs]
+        noise = [Tokens.of(s["tokens"]).noise or 0.0 for s in specs]
         self.noise = t(noise).view(-1, 1, 1, 1) if any(noise) else None
         self.scale = self.sqrt_eig = self.rot_t = self.random_rows = None
         if self.discrete:
@@ -45,7 +46,7 @@ class FreshPrompts:
         else:                     # each run its own: random covariances on some, a fixed one on the others
             random = [k == "random_covariance" for k in kinds]
             if any(random):
-                self.scale = t([s["tokens"].get("scale", 1.0) if r else 1.0 for s, r in zip(specs, random)]).view(-1, 1, 1, 1)
+                self.scale = t([Tokens.of(s["tokens"]).scale if r else 1.0 for s, r in zip(specs, random)]).view(-1, 1, 1, 1)
                 if not all(random):
                     self.random_rows = torch.as_tensor(random, device=device).view(-1, 1, 1, 1)
             if not all(random):

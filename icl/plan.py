@@ -13,6 +13,7 @@ from icl.config import check_experiment
 from icl.data import data_spec, features, prompt_file_bytes
 from icl.errors import ConfigError
 from icl.runtime import LOAD_GROUP, stable_hash
+from icl.settings import Tokens
 from icl.sweep import expand, sweep_keys
 
 
@@ -42,11 +43,10 @@ def shape_key(spec: dict) -> dict:
     noise; continuous kinds (a fixed covariance, random covariances) and their settings train side by
     side, each run drawing its own (icl.fresh), so a sweep over them is one shard, not one a kind."""
     model = {k: v for k, v in spec["model"].items() if k not in ("lr", "lr_ref", "name")}
-    tok = spec["tokens"]
+    tok = Tokens.of(spec["tokens"])
     return {
         "model": model,
-        "tokens": {"discrete": tok["kind"] == "discrete", "d": tok["d"], "K": tok.get("K"),
-                   "noise": bool(tok.get("noise"))},
+        "tokens": {"discrete": tok.discrete, "d": tok.d, "K": tok.K, "noise": bool(tok.noise)},
         "prompts": spec["prompts"],
         "train": spec["train"],
     }

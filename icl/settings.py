@@ -1,8 +1,10 @@
-"""A run's `train` section as typed, frozen settings, built once from the validated config (whose
-schema fills in log_every, checkpoint_every and fresh): a setting's default lives in the schema, or,
-for one whose absence means "off" (and which the schema leaves out so that setting it changes run
-ids only where it is set), beside its field here. No code reads the section with .get(key, default)
-(tests/test_layers.py checks), so the schema and the code cannot disagree about a default."""
+"""A run's `train` and `tokens` sections as typed, frozen settings (and `train.llc`'s), built from the
+validated config: a setting's default lives in the schema (Tokens reads its kind's defaults from the
+schema itself, so a section made by hand reads as a validated one), or, for a train setting whose
+absence means "off" (and which the schema leaves out so that setting it changes run ids only where
+it is set), beside its field here. No code reads these sections with .get(key, default)
+(tests/test_layers.py checks), so the schema and the code cannot disagree about a default. The
+prompts section has no optional setting (N, train and test are required)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -52,3 +54,48 @@ class Train:
         if unknown:
             raise ValueError(f"train: settings {unknown} have no field in icl.settings.Train")
         return cls(**{**section, **({"llc": LLC.of(section["llc"])} if "llc" in section else {})})
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """A run's `tokens` section, typed: the settings of its kind, each absent one at the schema's
+    default for that kind (read from the schema itself, so a section made by hand reads as a
+    validated one), the settings other kinds have None."""
+    kind: str
+    d: int
+    K: int | None = None                    # discrete
+    delta: float | None = None              # discrete
+    noise: float | None = None              # discrete: schema default 0
+    probs: list | None = None               # discrete; absent: uniform over the K features
+    features: str | None = None             # discrete: schema default orthogonal
+    covariance: str | list | dict | None = None   # gaussian: schema default identity
+    distribution: str | None = None         # random_covariance: schema default exponential
+    scale: float | None = None              # random_covariance: schema default 1
+
+    @classmethod
+    def of(cls, section: dict) -> "Tokens":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(section) - known)
+        if unknown:
+            raise ValueError(f"tokens: settings {unknown} have no field in icl.settings.Tokens")
+        return cls(**{**_token_defaults(section["kind"]), **section})
+
+    @property
+    def discrete(self) -> bool:
+        return self.kind == "discrete"
+
+
+_DEFAULTS: dict = {}
+
+
+def _token_defaults(kind: str) -> dict:
+    """The schema's defaults of a token kind's settings (its if/then branch), read once."""
+    if kind not in _DEFAULTS:
+        import yaml
+        from pathlib import Path
+        schema = yaml.safe_load((Path(__file__).parent / "schema" / "config.schema.yaml").read_text())
+        branches = [b["then"] for b in schema["$defs"]["tokens"]["allOf"]
+                    if b["if"]["properties"]["kind"].get("const") == kind]
+        _DEFAULTS[kind] = {k: v["default"] for b in branches for k, v in b.get("properties", {}).items()
+                           if isinstance(v, dict) and "default" in v}
+    return _DEFAULTS[kind]

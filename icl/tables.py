@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from icl import models
 from icl.files import atomic_path
-from icl.settings import Train
+from icl.settings import Tokens, Train
 from icl.io import (LONG_SCHEMAS, SHIFT_KEY, coded, empty_shift, long_writer, provenance_metadata, read_parquet,
                     read_shard, write_parquet)
 from icl.measures import LLC_STATUS, last_layer_map, summary_table
@@ -27,18 +27,17 @@ def run_row(run: dict) -> dict:
     """One row of runs.parquet: every parameter of the run by its leaf name; the model settings'
     columns are every kind's (icl.models.setting_columns), None where the run's kind has none."""
     s = run["spec"]
-    tok, task, pr, model, tr = s["tokens"], s["task"], s["prompts"], s["model"], Train.of(s["train"])
+    tok, task, pr, model, tr = Tokens.of(s["tokens"]), s["task"], s["prompts"], s["model"], Train.of(s["train"])
     row = {
         "run_id": run["run_id"], "shard": run["shard"], "data_id": run["data_id"],
         "model": model["name"], "model_kind": model["kind"], "optimizer": model["optimizer"],
         "lr": float(model["lr"]), "lr_rule": model.get("lr_rule"), "lr_ref": model.get("lr_ref"),
         **models.columns(s), "seed": int(s["seed"]),
-        "token_kind": tok["kind"], "d": tok["d"], "K": tok.get("K"), "delta": tok.get("delta"),
-        "noise": tok.get("noise"), "features": tok.get("features"),
-        "probs": json.dumps(tok["probs"]) if tok.get("probs") is not None else None,
-        "covariance": (tok["covariance"] if isinstance(tok.get("covariance"), str) else json.dumps(tok["covariance"]))
-        if "covariance" in tok else None,
-        "scale": tok.get("scale"), "fresh": bool(tr.fresh),
+        "token_kind": tok.kind, "d": tok.d, "K": tok.K, "delta": tok.delta, "noise": tok.noise, "features": tok.features,
+        "probs": json.dumps(tok.probs) if tok.probs is not None else None,
+        "covariance": (tok.covariance if isinstance(tok.covariance, str) else json.dumps(tok.covariance))
+        if tok.covariance is not None else None,
+        "scale": tok.scale, "fresh": bool(tr.fresh),
         "task_kind": task["kind"], "L": task.get("L"), "c": task.get("c"),
         "N": pr["N"], "M": pr["train"], "n_test": pr["test"],
         "epochs": tr.epochs, "log_every": tr.log_every, "batch_size": tr.batch_size,

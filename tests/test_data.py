@@ -147,7 +147,7 @@ def test_feature_indices_are_numpys_choice(probs):
     choice leaves it (the labels drawn next are the same too)."""
     from icl.data import feature_indices
     K = len(probs) if probs else 4
-    tok = {"kind": "discrete", "K": K, "probs": probs}
+    tok = {"kind": "discrete", "d": K, "K": K, "delta": 1.0, "probs": probs}
     for seed in range(5):
         a, b = rng(seed, 1), rng(seed, 1)
         p = np.asarray(probs or [1 / K] * K, float)

@@ -201,6 +201,27 @@ def test_the_train_section_is_read_through_its_typed_settings():
     assert not found, found
 
 
+def test_the_tokens_section_is_read_through_its_typed_settings():
+    """No module reads a run's `tokens` section with .get(key, default): icl.settings.Tokens holds
+    each setting, an absent one at the schema's default for its kind (issue 51.2); every setting
+    the schema allows a token kind has a field, and the defaults are the schema's."""
+    import re
+    import yaml
+    from icl.settings import Tokens
+    pattern = re.compile(r'(\["tokens"\]|\btok|\btokens)\.get\(')
+    found = [f"{p.relative_to(PKG)}:{i}" for p in PKG.rglob("*.py") if p.name != "settings.py"
+             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not found, found
+    schema = yaml.safe_load((PKG / "schema" / "config.schema.yaml").read_text())["$defs"]["tokens"]
+    allowed = {k for b in schema["allOf"] for k in b["then"]["properties"]}
+    assert allowed == set(Tokens.__dataclass_fields__), allowed ^ set(Tokens.__dataclass_fields__)
+    assert Tokens.of({"kind": "discrete", "d": 4, "K": 2, "delta": 1.0}).noise == 0.0
+    assert Tokens.of({"kind": "random_covariance", "d": 4}).scale == 1.0
+    assert Tokens.of({"kind": "gaussian", "d": 4}).covariance == "identity"
+    with pytest.raises(ValueError, match=r"tokens: settings \['sclae'\] have no field"):
+        Tokens.of({"kind": "random_covariance", "d": 4, "sclae": 2.0})
+
+
 def test_a_train_setting_unknown_to_its_dataclass_is_refused():
     """Every key the schema allows in `train` has a field (a new one must be added there too)."""
     import yaml

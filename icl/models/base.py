@@ -35,6 +35,7 @@ from icl.models.attention import (attention_logs, count_attention_logs, knn_coun
                                    nearest_tokens, own_attention, token_attention_logs, token_own)
 from icl.models.lazy import lazy_torch
 from icl.models.memory import Memory
+from icl.settings import Tokens
 
 
 torch = lazy_torch(globals())
@@ -165,7 +166,7 @@ class Model(Memory):
         if isinstance(tokens, int):          # Model(spec, d): token form, no features
             tokens = {"kind": "gaussian", "d": tokens}
         self.tokens, self.d = tokens, tokens["d"]
-        self.K = tokens.get("K") if tokens.get("kind") == "discrete" else None
+        self.K = Tokens.of(tokens).K
         self.precision, self.device_type = "float32", "cpu"
 
     def place(self, device_type: str, precision: str) -> None:

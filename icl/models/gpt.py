@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from icl.models.base import Batch, Model, init_rng, lazy_torch, own_attention, token_attention_logs, token_own
+from icl.settings import Tokens
 
 torch = lazy_torch(globals())
 
@@ -177,7 +178,7 @@ class GPT(Model):
 
     @classmethod
     def log_matrix_floats(cls, spec: dict) -> int:
-        K = spec["tokens"].get("K") if spec["tokens"]["kind"] == "discrete" else 0
+        K = Tokens.of(spec["tokens"]).K
         s = cls.settings(spec["model"])
         return s.layers * s.heads * (K or 0) ** 2
 

@@ -3,7 +3,7 @@ planner cuts shards by, a job asks its scheduler for and the estimate prints. be
 measures each kind at the paper's shapes against it."""
 from __future__ import annotations
 
-from icl.settings import Train
+from icl.settings import Tokens, Train
 
 
 class Memory:
@@ -22,10 +22,9 @@ class Memory:
 
     @staticmethod
     def _prompts(spec: dict) -> dict:
-        p, tok, tr = spec["prompts"], spec["tokens"], Train.of(spec["train"])
+        p, tok, tr = spec["prompts"], Tokens.of(spec["tokens"]), Train.of(spec["train"])
         return {"train": p["train"], "test": p["test"], "batch": tr.batch_size or p["train"],
-                "fresh": tr.fresh, "N": p["N"], "T": p["N"] + 1, "d": tok["d"],
-                "K": tok.get("K") if tok["kind"] == "discrete" else None}
+                "fresh": tr.fresh, "N": p["N"], "T": p["N"] + 1, "d": tok.d, "K": tok.K}
 
     @classmethod
     def prompt_floats(cls, spec: dict, diagnose: bool) -> float:

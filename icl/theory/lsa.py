@@ -47,6 +47,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from icl.settings import Tokens
+
 __all__ = [
     "as_cov", "gamma", "optimal_B", "effective_B", "zfb_optimum_weights", "init_scale_bound",
     "expected_SAS", "risk", "risk_grad", "optimum_risk", "zfb_thm42_error",
@@ -407,7 +409,8 @@ def lsa_optimum(spec: dict):
         lam = covariance(tok)
         return optimal_B(lam, N), "gaussian", lam
     if tok["kind"] == "random_covariance":
-        return random_cov_optimal_B(tok["d"], N, tok.get("scale", 1.0)), "random_covariance", tok.get("scale", 1.0)
+        scale = Tokens.of(tok).scale
+        return random_cov_optimal_B(tok["d"], N, scale), "random_covariance", scale
     return None, None, None
 
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from icl.data import covariance, feature_probs, features
 from icl.runtime import log_epochs
+from icl.settings import Tokens
 from icl.tasks import family
 from icl.theory import ldl, lsa
 from icl.theory.lsa import lsa_optimum, lsa_target  # noqa: F401  (here too: shifts, baselines, claims import them from the table)
@@ -119,7 +120,7 @@ def lsa_target_limit(spec: dict):
         return None
     if tok["kind"] == "gaussian":
         return np.linalg.inv(covariance(tok))
-    return np.eye(tok["d"]) / (3.0 * tok.get("scale", 1.0))
+    return np.eye(tok["d"]) / (3.0 * Tokens.of(tok).scale)
 
 
 def lsa_rows(plan_runs: list[dict]) -> pd.DataFrame:
@@ -134,7 +135,7 @@ def lsa_rows(plan_runs: list[dict]) -> pd.DataFrame:
         if B is not None:
             tok, N = s["tokens"], s["prompts"]["N"]
             mse = lsa.risk(B, covariance(tok), N) if tok["kind"] == "gaussian" else \
-                lsa.random_cov_risk(B, tok["d"], N, scale=tok.get("scale", 1.0))
+                lsa.random_cov_risk(B, tok["d"], N, scale=Tokens.of(tok).scale)
         rows.append({"run_id": r["run_id"], "target": None if B is None else B.ravel().tolist(),
                      "target_limit": None if lim is None else lim.ravel().tolist(),
                      "theory_test_mse": mse, "theory_test_loss": 0.5 * mse})
