@@ -33,7 +33,7 @@ def rng(seed: int, stream: int) -> np.random.Generator:
 def features(tokens: dict, seed: int) -> np.ndarray:
     """K feature vectors in R^d with pairwise distance delta (orthogonal) or min distance delta (random)."""
     K, d, delta = tokens["K"], tokens["d"], tokens["delta"]
-    if Tokens.of(tokens).features == "orthogonal":
+    if Tokens.of({"kind": "discrete", **tokens}).features == "orthogonal":
         if K > d:
             raise ValueError(f"tokens: K={K} orthogonal features need d >= K, got d={d}")
         return delta / np.sqrt(2.0) * np.eye(K, d)
@@ -44,7 +44,7 @@ def features(tokens: dict, seed: int) -> np.ndarray:
 
 def feature_probs(tokens: dict) -> np.ndarray:
     """p_k of discrete tokens: the config's `probs`, else uniform 1/K."""
-    return np.asarray(Tokens.of(tokens).probs or np.full(tokens["K"], 1.0 / tokens["K"]), float)
+    return np.asarray(Tokens.of({"kind": "discrete", **tokens}).probs or np.full(tokens["K"], 1.0 / tokens["K"]), float)
 
 
 def tokens_are_features(tokens: dict) -> bool:
@@ -92,7 +92,7 @@ def sample_tokens(tokens: dict, feats, n_prompts: int, n_tok: int, g: np.random.
 def eigenvalues(tokens: dict) -> np.ndarray:
     """Eigenvalues of a gaussian token covariance: identity, a list, 'skewed' (λ_i ∝ 1/i, trace d),
     or {eigenvalues: [...], rotation_seed: n} (a rotated, non-diagonal covariance)."""
-    d, cov = tokens["d"], Tokens.of(tokens).covariance
+    d, cov = tokens["d"], Tokens.of({"kind": "gaussian", **tokens}).covariance
     if isinstance(cov, dict):
         return np.asarray(cov["eigenvalues"], dtype=float)
     if cov == "identity":
@@ -106,7 +106,7 @@ def eigenvalues(tokens: dict) -> np.ndarray:
 def rotation(tokens: dict) -> np.ndarray | None:
     """The eigenvectors R of a rotated gaussian covariance (Haar-random from `rotation_seed`, the
     same for every run seed: Λ is part of the data distribution), or None where Λ is diagonal."""
-    cov = Tokens.of(tokens).covariance
+    cov = Tokens.of({"kind": "gaussian", **tokens}).covariance
     if not isinstance(cov, dict) or cov.get("rotation_seed") is None:
         return None
     Q, r = np.linalg.qr(rng(int(cov["rotation_seed"]), STREAM_ROTATION).standard_normal((tokens["d"],) * 2))

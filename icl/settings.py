@@ -62,7 +62,7 @@ class Tokens:
     default for that kind (read from the schema itself, so a section made by hand reads as a
     validated one), the settings other kinds have None."""
     kind: str
-    d: int
+    d: int | None = None                    # required by the schema; a helper of one kind's may be given a part
     K: int | None = None                    # discrete
     delta: float | None = None              # discrete
     noise: float | None = None              # discrete: schema default 0

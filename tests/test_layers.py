@@ -231,3 +231,17 @@ def test_a_train_setting_unknown_to_its_dataclass_is_refused():
     assert allowed == {f for f in Train.__dataclass_fields__}, allowed ^ set(Train.__dataclass_fields__)
     with pytest.raises(ValueError, match=r"train: settings \['warmpu'\] have no field"):
         Train.of({"epochs": 1, "log_every": 1, "checkpoint_every": 1, "fresh": False, "warmpu": 3})
+
+
+def test_planning_imports_no_torch():
+    """The plan runs when Snakemake parses the workflow, on every `snakemake` call: planning a config
+    (its memory estimates, its checks, the clock rule's steps) never imports torch (1-3 s a process),
+    nor do the tables and the report. In a fresh interpreter, so nothing imported before counts."""
+    import subprocess
+    import sys
+    code = ("import sys, yaml; from icl.config import validate; from icl.plan import plan; "
+            "import icl.tables, icl.report.page, icl.analyse; "
+            "cfg = validate(yaml.safe_load(open('config.yaml'))); [plan(cfg, e) for e in cfg['experiments']]; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=PKG.parent, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr
