@@ -271,3 +271,25 @@ def test_the_memory_estimate_counts_the_chains():
     assert kind.train_bytes(spec) > base
     spec["train"]["llc"]["chains"] = 1
     assert base <= kind.train_bytes(spec) < kind.train_bytes({**spec, "train": {**spec["train"], "llc": {**spec["train"]["llc"], "chains": 8}}})
+
+
+@pytest.mark.parametrize("kind", ["gpt", "transformer_block", "softmax_q"])
+def test_every_kind_measures_its_llc(kind):
+    """The estimator runs on every kind through its own `step` (C x R rows): finite draws, an estimate
+    per run and chain, and the runs beside each other independent of it (a run alone equals itself
+    in the ensemble)."""
+    from icl.models import MODELS, token_batch
+    settings = {"gpt": {"width": 8, "layers": 2, "heads": 2, "ffn_mult": 2, "positional": "learned", "positions": 16},
+                "transformer_block": {"width": 8}, "softmax_q": {}}[kind]
+    m = MODELS[kind](settings, 3)
+    params = m.init([0, 1], [kind, kind], "cpu")
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 10, 7, 3, generator=g)
+    y = (x * torch.randn(2, 10, 1, 3, generator=g)).sum(-1)
+    batch = token_batch({"x": x, "y": y}.__getitem__, False, None)
+    s = LLC(points=1, chains=2, draws=6, burnin=2, epsilon=1e-4, gamma=100.0, batch=4)
+    out = llc.measure(m, params, batch, s, torch.tensor([3, 8]), epoch=1)
+    assert out.per_chain.shape == (2, 2) and np.isfinite(out.draws).all()
+    alone = llc.measure(m, {k: v[1:] for k, v in params.items()}, llc.Batch({k: v[1:] for k, v in batch.prompts.items()}),
+                        s, torch.tensor([8]), epoch=1)
+    np.testing.assert_allclose(alone.draws[0], out.draws[1], rtol=1e-4, atol=1e-6)
