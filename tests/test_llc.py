@@ -236,7 +236,9 @@ def test_the_report_draws_llc_and_counts_where_the_instruments_agree():
     assert table.loc["L=0.2", "agree"] == "2 of 3" and table.loc["L=2", "agree"] == "2 of 2"
     assert table.loc["L=2", "LLC stages (stages: runs)"] == "1: 1, 3: 2"
     note = hoogland_note(runs, summary, nonlinear=True, linear_task=True)
-    assert "five stages" in note and "8 usable checkpoints" in note
+    assert "five stages" in note and "8 usable checkpoints" in note and "Order" not in note
+    escaped = summary.assign(t_escape=pd.array([None, 30, 10, 100, 2, None], dtype="Int64"))
+    assert "in 2 of the 4 runs that have both" in hoogland_note(runs, escaped, nonlinear=True, linear_task=True)
     assert hoogland_note(runs, summary, nonlinear=True, linear_task=False) == ""
 
 

@@ -104,5 +104,13 @@ def hoogland_note(runs: pd.DataFrame, summary: pd.DataFrame, nonlinear: bool, li
         return ""
     counts = ", ".join(f"{int(k)} stages: {n} runs" for k, n in sorted(s["llc_stages"].value_counts().items()))
     usable = int(s["llc_usable"].max())
-    return (f"{HOOGLAND}. Here, with at most {usable} usable checkpoints a run: {counts}; fewer checkpoints than "
-            f"theirs resolve fewer turns, so a smaller count here is what the grid allows, not a disagreement.")
+    out = (f"{HOOGLAND}. Here, with at most {usable} usable checkpoints a run: {counts}; fewer checkpoints than "
+           f"theirs resolve fewer turns, so a smaller count here is what the grid allows, not a disagreement.")
+    if "t_escape" in s:        # the order: their first stages come before in-context learning sets in
+        both = [(float(b[0]), float(t)) for b, t in zip(s["llc_boundaries"], s["t_escape"]) if len(b) and pd.notna(t)]
+        if both:
+            before = sum(b < t for b, t in both)
+            out += (f" Order: in their runs the first stages end before in-context learning sets in; here the first "
+                    f"turn of λ̂ comes before the end of the plateau at ŷ ≈ 0 (t_escape) in {before} of the {len(both)} "
+                    f"runs that have both.")
+    return out
