@@ -34,7 +34,8 @@ def imported(path: Path, mods: dict[str, Path], me: str) -> set[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("checkout", nargs="?", default=str(Path(__file__).resolve().parent.parent))
     root = Path(ap.parse_args().checkout).resolve()
     mods = modules(root)

@@ -28,7 +28,8 @@ def test_the_equality_check_can_fail(monkeypatch):
     assert pipeline.same_losses(epochs=30, runs=6) > 1e-2
 
 
-@pytest.mark.parametrize("script", ["pipeline.py", "evaluate.py", "memory.py", "report_pages.py", "screenshots.py"])
+@pytest.mark.parametrize("script", ["pipeline.py", "evaluate.py", "memory.py", "report_pages.py", "screenshots.py",
+                                    "rooms.py", "gpt_escape.py"])
 def test_benchmark_scripts_explain_themselves(script):
     res = subprocess.run([sys.executable, str(BENCH / script), "--help"], capture_output=True, text=True)
     assert res.returncode == 0 and "usage:" in res.stdout and ".venv/bin/python benchmarks/" in res.stdout
@@ -41,3 +42,12 @@ def test_the_gpu_script_says_how_it_is_called_and_installs_nothing_without_a_par
     res = subprocess.run(["bash", str(BENCH / "gpu_check.sh"), *args], capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and res.stdout.startswith("usage: bash benchmarks/gpu_check.sh bench|tests")
     assert "pip" not in res.stdout + res.stderr
+
+
+def test_the_rooms_of_this_checkout():
+    """benchmarks/rooms.py reads a checkout's package from its source: every module counted once, the
+    models room holding the interface apart from the memory model, the longest module named."""
+    res = subprocess.run([sys.executable, str(BENCH / "rooms.py")], capture_output=True, text=True, check=True)
+    n_modules = len(list((BENCH.parent / "icl").rglob("*.py")))
+    assert res.stdout.startswith(f"{n_modules} modules")
+    assert "icl/models/  (" in res.stdout and "memory " in res.stdout and "longest module: icl/" in res.stdout
