@@ -97,9 +97,9 @@ def llc_work(spec: dict) -> tuple[int, float]:
     if not tr.llc:
         return 0, 0.0
     s, n = tr.llc, spec["prompts"]["train"]
-    together = min(s.together or s.chains, s.chains)
-    steps = len(log_grid(tr.epochs, s.points)) * (s.burnin + s.draws) * -(-s.chains // together)
-    return steps, together * min(s.batch or n, n) / (tr.batch_size or n)
+    passes = s.passes()
+    steps = len(log_grid(tr.epochs, s.points)) * (s.burnin + s.draws) * len(passes)
+    return steps, len(passes[0]) * s.minibatch(n) / (tr.batch_size or n)
 
 
 def llc_epochs(spec: dict) -> float:

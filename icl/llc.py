@@ -22,7 +22,7 @@ row c·R + r is chain c of run r. Its noise and minibatches come from the run's 
 (icl.streams) keyed by its seed, the epoch and the step, so a run's estimate does not depend on the
 shard or chunk it trains in, nor on the device.
 
-An estimate is reported only where its chains pass the check (`check`): every loss finite, the
+An estimate is reported only where its chains pass the check (`estimate`): every loss finite, the
 draws stationary (burn-in reached), and λ̂ not negative beyond its error (a negative estimate means
 the chains found lower loss near w*: w* is not near a local minimum, so λ̂ measures nothing).
 """
@@ -70,18 +70,19 @@ class Chains(NamedTuple):
     status: np.ndarray
 
 
-def sample(grad_fn, w0: torch.Tensor, init: torch.Tensor, n: int, s, seeds: torch.Tensor, epoch: int) -> Chains:
-    """SGLD chains around every run's weights: `w0` (R, P) flat weights, `init` (R,) L_n(w0), `n` the
-    prompts L_n is over, `s` the settings (icl.settings.LLC), `seeds` (R,) int64 the runs' seeds on
-    w0's device, `epoch` the checkpoint's (it keys the draws). `grad_fn(w, idx)` gives the minibatch
-    loss (C·R,) and its gradient (C·R, P) at weights w (C·R, P), idx (C·R, m) the prompts of each
-    row's minibatch (None when m = n: every prompt, every step)."""
-    return estimate(chain_losses(grad_fn, w0, n, s, seeds, epoch, range(s.chains)),
-                    init.detach().double().cpu().numpy(), nbeta_of(s, n), w0.shape[1])
+def sample(grad_fn_for, w0: torch.Tensor, init: torch.Tensor, n: int, s, seeds: torch.Tensor, epoch: int) -> Chains:
+    """SGLD chains around every run's weights, in the passes of `s.passes()`: `w0` (R, P) flat weights,
+    `init` (R,) L_n(w0), `n` the prompts L_n is over, `s` the settings (icl.settings.LLC), `seeds`
+    (R,) int64 the runs' seeds on w0's device, `epoch` the checkpoint's (it keys the draws).
+    `grad_fn_for(C)` gives the grad_fn of a pass of C chains: `grad_fn(w, idx)`, the minibatch loss
+    (C·R,) and its gradient (C·R, P) at weights w (C·R, P), idx (C·R, m) the prompts of each row's
+    minibatch (None when m = n: every prompt, every step)."""
+    parts = [chain_losses(grad_fn_for(len(cs)), w0, n, s, seeds, epoch, cs) for cs in s.passes()]
+    return estimate(np.concatenate(parts, axis=1), init.detach().double().cpu().numpy(), nbeta_of(s, n), w0.shape[1])
 
 
 def nbeta_of(s, n: int) -> float:
-    return s.nbeta or default_nbeta(min(s.batch or n, n))
+    return s.nbeta or default_nbeta(s.minibatch(n))
 
 
 def chain_losses(grad_fn, w0: torch.Tensor, n: int, s, seeds: torch.Tensor, epoch: int, chains: range) -> np.ndarray:
@@ -89,7 +90,7 @@ def chain_losses(grad_fn, w0: torch.Tensor, n: int, s, seeds: torch.Tensor, epoc
     and minibatches, so a chain's draws do not depend on which chains run beside it)."""
     R, P = w0.shape
     C = len(chains)
-    m = min(s.batch or n, n)
+    m = s.minibatch(n)
     nbeta, eps = nbeta_of(s, n), s.epsilon
     center = w0.repeat(C, 1)
     w = center.clone()
@@ -169,10 +170,7 @@ def measure(model, params: dict, batch: Batch, s, seeds: torch.Tensor, epoch: in
     w0 = optim.flatten({k: v.detach() for k, v in params.items()}).clone()
     if alive is not None:
         w0[~alive] = 0.0
-    group = s.together or s.chains          # chains side by side in one pass (the memory it holds)
-    parts = [chain_losses(model_grad_fn(model, params, batch, len(cs)), w0, n, s, seeds, epoch, cs)
-             for cs in (range(c, min(s.chains, c + group)) for c in range(0, s.chains, group))]
-    out = estimate(np.concatenate(parts, axis=1), init.detach().double().cpu().numpy(), nbeta_of(s, n), w0.shape[1])
+    out = sample(lambda C: model_grad_fn(model, params, batch, C), w0, init, n, s, seeds, epoch)
     if alive is not None:
         dead = ~alive.cpu().numpy()
         out.status[dead] = 4

@@ -10,6 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 
+def _known(cls, section: dict, name: str) -> None:
+    """A key of a section that the dataclass lacks is an error, not a setting silently ignored."""
+    unknown = sorted(set(section) - {f.name for f in fields(cls)})
+    if unknown:
+        raise ValueError(f"{name}: settings {unknown} have no field in icl.settings.{cls.__name__}")
+
+
 @dataclass(frozen=True)
 class LLC:
     """`train.llc`: the local learning coefficient measured during training (icl.llc), its SGLD's
@@ -28,6 +35,15 @@ class LLC:
     @classmethod
     def of(cls, section: dict | None) -> "LLC | None":
         return None if section is None else cls(**section)
+
+    def minibatch(self, n: int) -> int:
+        """Prompts an SGLD step takes of a run's n training prompts."""
+        return min(self.batch or n, n)
+
+    def passes(self) -> list[range]:
+        """The chains in the passes they are sampled in, `together` a pass (all in one, absent)."""
+        group = self.together or self.chains
+        return [range(c, min(self.chains, c + group)) for c in range(0, self.chains, group)]
 
 
 @dataclass(frozen=True)
@@ -49,10 +65,7 @@ class Train:
     def of(cls, section: dict) -> "Train":
         """The settings of a validated `train` section; a key the dataclass lacks is an error here,
         not a setting silently ignored."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(section) - known)
-        if unknown:
-            raise ValueError(f"train: settings {unknown} have no field in icl.settings.Train")
+        _known(cls, section, "train")
         return cls(**{**section, **({"llc": LLC.of(section["llc"])} if "llc" in section else {})})
 
 
@@ -74,10 +87,7 @@ class Tokens:
 
     @classmethod
     def of(cls, section: dict) -> "Tokens":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(section) - known)
-        if unknown:
-            raise ValueError(f"tokens: settings {unknown} have no field in icl.settings.Tokens")
+        _known(cls, section, "tokens")
         return cls(**{**_token_defaults(section["kind"]), **section})
 
     @property

@@ -40,7 +40,7 @@ def test_a_regular_model_has_half_its_dimension():
     a = torch.linspace(0.5, 2.0, R, dtype=torch.float64)
     c = torch.randn(R, d, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     s = LLC(points=1, chains=8, draws=2000, burnin=300, epsilon=1e-4, gamma=1.0, nbeta=1000.0)
-    out = llc.sample(quadratic(a, c), c.clone(), torch.zeros(R, dtype=torch.float64), 1000, s, torch.arange(R), 3)
+    out = llc.sample(lambda C: quadratic(a, c), c.clone(), torch.zeros(R, dtype=torch.float64), 1000, s, torch.arange(R), 3)
     p = (s.nbeta * a + s.gamma).numpy()
     exact = s.nbeta * a.numpy() / 2 * d / (p * (1 - s.epsilon * p / 4))
     z = (out.llc - exact) / out.se
@@ -75,7 +75,7 @@ def test_a_singular_model_against_its_posterior_by_quadrature():
         return (w1 * w2) ** 2, torch.stack([2 * w1 * w2 ** 2, 2 * w1 ** 2 * w2], 1)
     R = 64
     s = LLC(points=1, chains=2, draws=4000, burnin=500, epsilon=5e-5, gamma=100.0, nbeta=1e4)
-    out = llc.sample(grad_fn, torch.zeros(R, 2, dtype=torch.float64), torch.zeros(R, dtype=torch.float64),
+    out = llc.sample(lambda C: grad_fn, torch.zeros(R, 2, dtype=torch.float64), torch.zeros(R, dtype=torch.float64),
                      10 ** 6, s, torch.arange(R), 0)
     est = out.per_chain.ravel()
     assert abs(est.mean() - vals[0]) < 4 * est.std() / math.sqrt(est.size)
@@ -165,7 +165,7 @@ def test_the_chain_check_marks_what_it_must(case, status):
                           "downhill": (1e-4, 100, c + 1.0)}[case]
     s = LLC(points=1, chains=4, draws=100, burnin=burnin, epsilon=eps, gamma=1.0, nbeta=1000.0)
     init = 0.5 * a * ((start - c) ** 2).sum(1)
-    out = llc.sample(quadratic(a, c), start, init, 1000, s, torch.arange(R), 0)
+    out = llc.sample(lambda C: quadratic(a, c), start, init, 1000, s, torch.arange(R), 0)
     assert np.all(out.status == status), (out.status, out.llc, out.drift_z)
 
 

@@ -75,8 +75,8 @@ class Memory:
         passes = max(s["batch"] * cls.step_floats(spec), s["test"] * cls.forward_floats(spec))
         llc = Train.of(spec["train"]).llc
         if llc:     # an SGLD step: every chain a row of its own, on its minibatch; the chains' weights and centre
-            together = min(llc.together or llc.chains, llc.chains)
-            passes = max(passes, together * min(llc.batch or s["train"], s["train"]) * cls.step_floats(spec))
+            together = len(llc.passes()[0])
+            passes = max(passes, together * llc.minibatch(s["train"]) * cls.step_floats(spec))
             copies += 3 * together
         return int(4 * (held + passes) + 4 * copies * cls.n_params(spec) + cls.log_bytes(spec))
 
