@@ -1049,3 +1049,16 @@ def test_the_llc_reads_the_phase_claim_as_a_second_instrument():
     gaps = df.assign(llc_stages=pd.array(np.where(df["seed"] == 0, None, df["n_phases"]), dtype="Int64"))
     assert "runs without three usable λ̂" in one(C.phases_claim(setting(gaps)), "sharp, by the LLC")["measurement"]
     assert n and len(C.phases_claim(setting(df.assign(llc_stages=pd.array([None] * len(df), dtype="Int64"))))) == 2
+
+
+def test_the_flow_reads_no_llc():
+    """Lemma 2's flow has no weights to sample: beside the phase rows it gives its own count, beside
+    the LLC's rows nothing (it once read the runs' own LLC columns back as the flow's)."""
+    df = runs(seeds=EIGHT)
+    df = df.assign(llc_stages=pd.array(np.where(df["L"] <= 0.5, 1, 2), dtype="Int64"))
+    s = setting(df, theory_curves=flow_tables(df))
+    assert "llc_stages" not in C.flow.flow_runs(s)
+    rows = C.flow.with_flow(C.phases_claim(s), C.phases_claim, s)
+    llc_rows = [r for r in rows if r["group"].endswith("by the LLC")]
+    assert llc_rows and all(np.isnan(r.get("flow_value", np.nan)) for r in llc_rows)
+    assert any(np.isfinite(r.get("flow_value", np.nan)) for r in rows if not r["group"].endswith("by the LLC"))

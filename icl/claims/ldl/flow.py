@@ -51,7 +51,8 @@ def flow_runs(s: Setting, loss: str = "mean_field_loss") -> pd.DataFrame | None:
     (icl.measures, as the tables step measures the runs, on the flow's logged epochs): loss₀ and
     the uniform-attention loss (the flow's start, S = 0), final loss, relative and absolute
     crossing times and the own attention there, the end of Phase I (own attention at 1/(1+δ)), the
-    phase count and the late decay exponent. `loss`: the balanced flow or the sampled-count one
+    phase count and the late decay exponent; the LLC's columns left out (the flow has none). `loss`:
+    the balanced flow or the sampled-count one
     (`mean_field_loss_sampled`; its attention is the balanced flow's, the only one written). None
     where the setting's runs have no flow."""
     df = s.runs
@@ -62,7 +63,9 @@ def flow_runs(s: Setting, loss: str = "mean_field_loss") -> pd.DataFrame | None:
         return None
     ep, L = got
     A = own[1]
-    out = df.copy()
+    # the flow has no weights to sample: the runs' LLC columns (train.llc) are not the flow's, and a
+    # claim that reads them would read the runs' own numbers as the flow's
+    out = df.drop(columns=list(measures.llc_summary({"run_id": df["run_id"].to_numpy()})), errors="ignore")
     loss0 = L[:, 0]
     out["loss0"] = out["uniform_train_loss"] = loss0
     out["final_train_loss"] = L[:, -1]
