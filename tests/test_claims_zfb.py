@@ -701,7 +701,8 @@ def seed_by_seed(ts):
 def test_rows_are_judged_over_seeds_with_a_student_t_interval():
     """Issue 35 item 6: a row's value is the mean of its seeds' values, each measured on that seed
     alone (here: zfb.verdicts on that seed's runs only, where the row keeps its own value), and its
-    interval mean ± t(0.975, 4)·s/√5, t = 2.776445 (the tabulated quantile)."""
+    interval mean ± t(0.975, 4)·s/√5, t = 2.776445 (the tabulated quantile); a ratio's on the logs
+    of the seeds' values (its geometric mean)."""
     ts = (0.1, -0.15, 0.2, 0.0, 0.05)
     exp = Exp(shifts=SCALE).lsa(seed_by_seed(ts))
     tabs = exp.tabs()
@@ -716,8 +717,13 @@ def test_rows_are_judged_over_seeds_with_a_student_t_interval():
             alone = rows_of(zfb.verdicts(one_seed), cid, group)[0]
             assert alone["verdict"] == UNSURE and "1 seed: an interval over seeds needs at least 5" in alone["reason"]
             per.append(alone["value"])
-        m, h = np.mean(per), 2.776445 * np.std(per, ddof=1) / math.sqrt(5)
-        assert (r["value"], r["ci_lo"], r["ci_hi"]) == pytest.approx((m, m - h, m + h), rel=1e-6, abs=1e-6), (cid, group)
+        if cid == "zfb.scaling":         # measured/predicted, a ratio: its geometric mean, the interval on the logs
+            g, h = np.mean(np.log(per)), 2.776445 * np.std(np.log(per), ddof=1) / math.sqrt(5)
+            want = (math.exp(g), math.exp(g - h), math.exp(g + h))
+        else:
+            m, h = np.mean(per), 2.776445 * np.std(per, ddof=1) / math.sqrt(5)
+            want = (m, m - h, m + h)
+        assert (r["value"], r["ci_lo"], r["ci_hi"]) == pytest.approx(want, rel=1e-6, abs=1e-6), (cid, group)
         assert "judged over 5 seeds" in r["measurement"] and f"[{r['ci_lo']:.3g}, {r['ci_hi']:.3g}]" in r["measurement"]
 
 
@@ -794,3 +800,33 @@ def test_every_claim_docstring_states_its_rule():
 def test_report_zfb_keeps_figures_only():
     src = (REPO / "icl" / "report" / "zfb.py").read_text()
     assert "report.ldl" not in src and "import ldl" not in src and "def verdicts" not in src
+
+
+def test_a_ratio_is_judged_over_seeds_on_its_logs():
+    """zfb.length_spike in the default run (2026-11-27): MSE(20)/MSE(10) of the GPT with learned
+    positions per seed 1.27, 1.15, 1.23, 1.48, 2.33, above 1 on every seed. The arithmetic mean's
+    t-interval, [0.891, 2.1], reached below 1 for the one large seed; a ratio's interval is taken on
+    its log (as the delta method gives it inside a seed, and ldl.depth over seeds), and over seeds
+    the row holds: exp(mean ± t·s/√5 of the logs). The LSA's error past its training length, whose
+    ratios lie below 1 on every seed, does not hold on the same statistic."""
+    from icl.claims.judge import Band, judge
+    from icl.claims.zfb.setting import Setting
+    from icl.stats import mean_interval
+    cid, group = "zfb.length_spike", "learned positions"
+    spikes = {0: 1.27, 1: 1.15, 2: 1.23, 3: 1.48, 4: 2.33}
+    s = Setting(model="gpt", kind="gpt", label="", runs=pd.DataFrame(), seed_values={(cid, group): spikes})
+    band = Band(1.0, math.inf, source="the order the claim states")
+    arith = s.over_seeds(cid, group, 1.5, 1.3, 1.73)
+    assert arith.lo < 1 < arith.hi and judge(arith.lo, arith.hi, band, DEFAULT, "spike")[0] == UNSURE
+    st = s.over_seeds(cid, group, 1.5, 1.3, 1.73, ratio=True)
+    logs = np.log(list(spikes.values()))
+    h = 2.776445 * logs.std(ddof=1) / math.sqrt(5)
+    assert (st.value, st.lo, st.hi) == pytest.approx((math.exp(logs.mean()), math.exp(logs.mean() - h),
+                                                     math.exp(logs.mean() + h)), rel=1e-6)
+    assert 1 < st.lo and judge(st.lo, st.hi, band, DEFAULT, "spike")[0] == HOLDS
+    assert f"geometric mean {st.value:.3g} [{st.lo:.3g}, {st.hi:.3g}]" in st.text and "logs" in st.text
+    assert mean_interval(logs)[0] == pytest.approx(math.log(st.value))
+    falls = Setting(model="lsa", kind="lsa", label="", runs=pd.DataFrame(),
+                    seed_values={(cid, group): {0: 0.93, 1: 0.88, 2: 0.97, 3: 0.91, 4: 0.95}})
+    st = falls.over_seeds(cid, group, 0.93, 0.9, 0.96, ratio=True)
+    assert st.hi < 1 and judge(st.lo, st.hi, band, DEFAULT, "spike")[0] == FAILS

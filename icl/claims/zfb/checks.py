@@ -49,7 +49,7 @@ def _ratio_rows(s: Setting, cid: str, c: pd.DataFrame, what: str, pred_text: str
             continue
         pred = g[pred_col].to_numpy(float)
         r, lo, hi = _pooled(g[what].to_numpy(float) / pred, g[f"{what}_se"].to_numpy(float) / np.abs(pred))
-        st = s.over_seeds(cid, join(group, check), r, lo, hi)
+        st = s.over_seeds(cid, join(group, check), r, lo, hi, ratio=True)
         v, why = judge(st.lo, st.hi, band, choices, f"measured/predicted {what}", no_interval=st.few)
         if check == "optimisation":
             v, why = _err_sentence(v, why, s, g["run_id"], opt)

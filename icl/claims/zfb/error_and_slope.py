@@ -120,7 +120,7 @@ def longer_prompts(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     r, lo, hi, _ = _ratio_ci(a["mse"], a["mse_se"], float(b["mse"].iloc[0]), float(b["mse_se"].iloc[0]), k=len(a))
     i = int(np.argmax(r))
     band = Band(-math.inf, 1.0, floor=0.0, source="the order the theory states")
-    st = s.over_seeds(cid, "", float(r[i]), float(lo.max()), float(hi.max()))
+    st = s.over_seeds(cid, "", float(r[i]), float(lo.max()), float(hi.max()), ratio=True)
     v, why = judge(st.lo, st.hi, band, choices, "the largest MSE(M)/MSE(N)", no_interval=st.few)
     if v == FAILS:
         why += ": the error rises past the training length"

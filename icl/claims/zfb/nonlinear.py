@@ -104,7 +104,7 @@ def beyond_lsa(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
                       reason="no 'random_covariance' shift at c = 1 with a test length d ≤ M ≤ N shared with a trained LSA")]
     g, lo, hi, per = _pooled_log_ratio(j)
     band = Band(-math.inf, 1.0, floor=0.0, source="the order the claim states")
-    st = s.over_seeds(cid, "", g, lo, hi)
+    st = s.over_seeds(cid, "", g, lo, hi, ratio=True)
     v, why = judge(st.lo, st.hi, band, choices, "the error ratio", no_interval=st.few)
     if v == FAILS:
         why += f": the {s.kind} does not beat the LSA's limit"
@@ -138,7 +138,7 @@ def gpt_in_distribution(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     rows = []
     g, lo, hi, per = _pooled_log_ratio(j)
     band = Band(-math.inf, 1.0, floor=0.0, source="the order the claim states")
-    st = s.over_seeds(cid, "below the LSA", g, lo, hi)
+    st = s.over_seeds(cid, "below the LSA", g, lo, hi, ratio=True)
     v, why = judge(st.lo, st.hi, band, choices, "the GPT/LSA error ratio", no_interval=st.few)
     rows.append(s.row(cid, v, group="below the LSA", prediction="GPT's error below the trained LSA's (d ≤ M ≤ N)",
                       measurement=(f"GPT/LSA error: inverse-variance weighted geometric mean {fmt(g)} [{fmt(lo)}, {fmt(hi)}] over M = "

@@ -50,7 +50,7 @@ def length_spike(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     z = _z()
     band = Band(1.0, math.inf, source="the order the claim states")
     lo, hi = r * math.exp(-z * sl), r * math.exp(z * sl)
-    st = s.over_seeds(cid, "learned positions", r, lo, hi)
+    st = s.over_seeds(cid, "learned positions", r, lo, hi, ratio=True)
     v, why = judge(st.lo, st.hi, band, choices, "MSE(M*)/MSE(N)", no_interval=st.few)
     rows = [s.row(cid, v, group="learned positions", prediction=f"MSE({Ms})/MSE({N}) > 1", value=st.value, ci_lo=st.lo,
                   ci_hi=st.hi,
@@ -74,7 +74,7 @@ def length_spike(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
         return rows
     q, sq = sp_l[0] / sp_n[0], math.hypot(sp_l[1], sp_n[1])
     lo, hi = q * math.exp(-z * sq), q * math.exp(z * sq)
-    st = s.over_seeds(cid, group, q, lo, hi)
+    st = s.over_seeds(cid, group, q, lo, hi, ratio=True)
     v, why = judge(st.lo, st.hi, band, choices, "the ratio of the two spikes", no_interval=st.few)
     rows.append(s.row(cid, v, group=group, prediction=pred2, value=st.value, ci_lo=st.lo, ci_hi=st.hi,
                       reason=why + (": removing the positions does not shrink the spike" if v == FAILS else ""),
@@ -108,7 +108,7 @@ def spike_vs_variance(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
             q, sq = sp[0] / base[0], math.hypot(sp[1], base[1])
             lo, hi = q * math.exp(-_z() * sq), q * math.exp(_z() * sq)
             group = f"{kind}, c={cv:g} vs 1"
-            st = s.over_seeds(cid, group, q, lo, hi)
+            st = s.over_seeds(cid, group, q, lo, hi, ratio=True)
             v, why = judge(st.lo, st.hi, band, choices, "the ratio of the spikes", no_interval=st.few)
             rows.append(s.row(cid, v, group=group, prediction=f"spike at c={cv:g} below the spike at c=1",
                               value=st.value, ci_lo=st.lo, ci_hi=st.hi,

@@ -64,8 +64,8 @@ class Setting:
         return replace(self, runs=runs, cells=self.cells[self.cells["run_id"].isin(ids)],
                        mats={r: m for r, m in self.mats.items() if r in ids}, seed_values=None)
 
-    def over_seeds(self, cid: str, group: str, value: float, lo: float, hi: float, square: float | None = None
-                   ) -> OverSeeds:
+    def over_seeds(self, cid: str, group: str, value: float, lo: float, hi: float, square: float | None = None,
+                   ratio: bool = False) -> OverSeeds:
         """The statistic a row is judged on. Inside one seed (seed_values None): the claim's own
         (value, lo, hi), from the test prompts' standard errors. Over a setting's seeds: the mean
         of the seeds' values with its 95% Student-t interval (icl.stats.mean_interval), on at least
@@ -73,7 +73,11 @@ class Setting:
         differently another seed trains, so they give the interval only inside a seed. Fewer
         seeds: no interval, and `few` says why. A root-mean-square (`square`: the seed's unbiased
         mean square, which can be below 0 where the test noise exceeds the deviation) is averaged
-        as the mean square and rooted after, so that seeds clipped at 0 do not read as agreement."""
+        as the mean square and rooted after, so that seeds clipped at 0 do not read as agreement.
+        A `ratio` (a positive quantity whose own interval is taken on its log, as the delta method
+        gives it) is averaged on the log scale too: the geometric mean of the seeds' values and its
+        Student-t interval on their logs, so that one seed's large ratio does not stretch the
+        interval below 1 while every seed sits above it (ldl.depth's statistic)."""
         if self.seed_values is None:
             return OverSeeds(value, lo, hi, seed_value=value if square is None else square)
         per = {k: v for k, v in self.seed_values.get((cid, join(self.label, group)), {}).items() if math.isfinite(v)}
@@ -83,14 +87,19 @@ class Setting:
                    "not how another seed trains")     # each seed's value is in the measurement
             return OverSeeds(value, math.nan, math.nan, f"; per seed: {listed or 'none'} (too few for an interval "
                                                         f"over seeds)", few)
-        m, a, b = mean_interval(list(per.values()))
+        geometric = ratio and min(per.values()) > 0
+        if geometric:
+            m, a, b = (math.exp(x) for x in mean_interval(np.log(list(per.values()))))
+        else:
+            m, a, b = mean_interval(list(per.values()))
         below = square is not None and b <= 0
         if square is not None:
             m, a, b = (math.sqrt(max(x, 0.0)) for x in (m, a, b))
             listed += " (mean squares" + (", all of the interval below 0: the deviation is below the test noise)"
                                           if below else ")")
-        return OverSeeds(m, a, b, at_bound=below, text=f"; judged over {len(per)} seeds: mean {fmt(m)} [{fmt(a)}, {fmt(b)}] (95% Student-t "
-                                  f"interval over the seeds' values {listed}; the interval before it is the "
+        mean, on = ("geometric mean", "the logs of the seeds' values") if geometric else ("mean", "the seeds' values")
+        return OverSeeds(m, a, b, at_bound=below, text=f"; judged over {len(per)} seeds: {mean} {fmt(m)} [{fmt(a)}, {fmt(b)}] "
+                                  f"(95% Student-t interval over {on} {listed}; the interval before it is the "
                                   "test prompts' noise alone, on one seed)")
 
     def falling(self, run_ids) -> list[str]:
