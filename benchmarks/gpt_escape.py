@@ -6,6 +6,7 @@ over seeds needs five that learned.
 
     .venv/bin/python benchmarks/gpt_escape.py --steps 3000            # 15 GPTs, ~4-5 minutes on 2 cores
     .venv/bin/python benchmarks/gpt_escape.py --steps 2000 --seeds 0 1 2 3 4 5 6
+    .venv/bin/python benchmarks/gpt_escape.py --steps 2000 --lr 2e-3 --positional none
 """
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=2000, help="optimisation steps (epochs of 64 fresh prompts)")
     ap.add_argument("--seeds", type=int, nargs="+", help="seeds (default: config.yaml's)")
+    ap.add_argument("--lr", type=float, help="the GPT's peak learning rate (default: config.yaml's)")
+    ap.add_argument("--warmup", type=int, help="steps of linear warmup (default: config.yaml's)")
+    ap.add_argument("--positional", choices=["learned", "none"], help="only the GPTs with these positions")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     sys.path.insert(0, str(REPO))
@@ -40,10 +44,15 @@ def main() -> None:
     exp["train"].update(epochs=args.steps, checkpoint_every=args.steps, log_every=min(exp["train"]["log_every"], args.steps),
                         warmup=min(exp["train"].get("warmup") or 0, args.steps))
     exp["train"].pop("llc", None)
+    if args.warmup is not None:
+        exp["train"]["warmup"] = args.warmup
+    if args.lr is not None:
+        next(m for m in exp["models"] if m["kind"] == "gpt")["lr"] = args.lr
     exp.pop("evaluate", None)
     if args.seeds:
         exp["sweep"]["seed"] = args.seeds
-    runs = [r for r in plan(validate({"experiments": {"zfb_gpt": exp}}), "zfb_gpt") if r.spec["model"]["kind"] == "gpt"]
+    runs = [r for r in plan(validate({"experiments": {"zfb_gpt": exp}}), "zfb_gpt") if r.spec["model"]["kind"] == "gpt"
+            and args.positional in (None, r.spec["model"]["positional"])]
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="gpt-escape-") as tmp:
         paths = {}
