@@ -543,6 +543,17 @@ def test_gpt_in_distribution():
     assert one(Exp().lsa().verdicts(), "zfb.gpt_in_distribution") == NOT_TESTABLE
 
 
+def test_gpt_in_distribution_is_a_claim_about_a_gpt_with_positions():
+    """ZFB §5's GPT-2 has learned positions. zfb_gpt trains one without (the spike's contrast), whose
+    error was 1.08x the LSA's on every seed that learned in the default run (2026-11-27): that is
+    not the claim's model, and its rows read not testable, where the same predictor with learned
+    positions does not hold."""
+    rows = with_gpt(gpt(lsa_like(0.3)), gpt(lsa_like(0.3), "none", "gpt_nopos"))
+    assert groups(rows, "zfb.gpt_in_distribution", model="gpt") == {"below the LSA": FAILS, "OLS-level": FAILS}
+    nopos = rows_of(rows, "zfb.gpt_in_distribution", model="gpt_nopos")
+    assert len(nopos) == 1 and nopos[0]["verdict"] == NOT_TESTABLE and "learned positions" in nopos[0]["reason"]
+
+
 def test_a_gpt_that_has_not_learned_in_context_decides_nothing():
     """zfb_gpt at laptop size: the GPT's error at M = N is about uniform attention's. Every claim on it
     reads not testable (the learning gate, icl.claims.learned) and says why with the numbers,

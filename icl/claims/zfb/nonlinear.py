@@ -116,7 +116,8 @@ def beyond_lsa(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
 
 
 def gpt_in_distribution(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
-    """GPT trained on a fixed covariance, in distribution, d ≤ M ≤ N, paired with the trained LSA
+    """GPT with learned positions (ZFB §5's GPT-2; one without is not its subject) trained on a
+    fixed covariance, in distribution, d ≤ M ≤ N, paired with the trained LSA
     of the same data and with OLS on the same prompts: its error below the LSA's (inverse-variance
     weighted geometric mean over M of the ratio, against [0, 1]); and OLS-level: (GPT − OLS)/(LSA − OLS), inverse-variance
     mean over M, within ±½ (nearer OLS than the trained LSA: the midpoint between the two
@@ -127,6 +128,10 @@ def gpt_in_distribution(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     if c.empty:
         return [s.row(cid, NOT_TESTABLE, prediction=pred,
                       reason="not trained on a fixed covariance (random covariances: zfb.beyond_lsa)")]
+    if s.positional() == "none":
+        return [s.row(cid, NOT_TESTABLE, prediction=pred,
+                      reason="positional: none — ZFB §5's GPT-2 (Garg et al.'s) has learned positions; this model is "
+                             "the contrast of zfb.length_spike, not the subject of this claim")]
     lsa = _lsa_pool(s)
     if lsa.empty:
         return [s.row(cid, NOT_TESTABLE, prediction=pred, reason="no trained LSA beside it")]

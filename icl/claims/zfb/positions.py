@@ -24,11 +24,6 @@ def _spike(c: pd.DataFrame, N: int):
     return float(r[0]), float(sl[0]), int(Ms)
 
 
-def _positional(s: Setting) -> str:
-    p = s.runs["positional"] if "positional" in s.runs else pd.Series(dtype=object)
-    return str(p.iloc[0]) if len(p) and p.notna().all() and p.nunique() == 1 else ""
-
-
 def length_spike(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """GPT with learned positions, in distribution: the error at the longest test length M* in
     (N, 2N] above its value at M = N (ratio of means over runs > 1); and that spike larger than
@@ -36,7 +31,7 @@ def length_spike(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     seed and training law). 95% intervals by the delta method on the test prompts' standard errors."""
     cid = "zfb.length_spike"
     pred = "error at M > N above its value at M = N with learned positions (random beyond N), not (or less) without"
-    pos = _positional(s)
+    pos = s.positional()
     if pos != "learned":
         why = "runs.parquet has no positional setting for this model" if not pos else \
             f"positional: {pos} — the spike is judged on the learned-positions model, against this one"
@@ -92,7 +87,7 @@ def spike_vs_variance(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     test prompts' standard errors."""
     cid = "zfb.spike_vs_variance"
     pred = "the spike at M > N smaller on prompts with higher variance (c = 4, 9 vs 1)"
-    if _positional(s) != "learned":
+    if s.positional() != "learned":
         return [s.row(cid, NOT_TESTABLE, prediction=pred,
                       reason="the spike is a learned-positions effect (zfb.length_spike): judged on that model")]
     N = int(s.runs["N"].iloc[0])

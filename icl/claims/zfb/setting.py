@@ -102,6 +102,11 @@ class Setting:
                                   f"(95% Student-t interval over {on} {listed}; the interval before it is the "
                                   "test prompts' noise alone, on one seed)")
 
+    def positional(self) -> str:
+        """The runs' positions ('learned', 'none'), '' where they have no such setting or differ."""
+        p = self.runs["positional"] if "positional" in self.runs else pd.Series(dtype=object)
+        return str(p.iloc[0]) if len(p) and p.notna().all() and p.nunique() == 1 else ""
+
     def falling(self, run_ids) -> list[str]:
         """The runs among `run_ids` still approaching their optimum."""
         return [r for r in run_ids if r in self.mats and self.mats[r].falling()]
