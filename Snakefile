@@ -10,7 +10,7 @@ import yaml
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
 from icl.config import ConfigError, validate
-from icl.plan import plan, shards
+from icl.plan.shards import plan, shards
 
 # `--configfile X` replaces the default experiments instead of merging into them; `--config k=v`
 # overrides top-level settings (shard_size, device, memory_budget_mb). The default config sits

@@ -29,8 +29,8 @@ def main() -> None:
     args = p.parse_args()
 
     from icl.config import load
-    from icl.estimate import estimate, report
-    from icl.timing import timing_table
+    from icl.plan.estimate import estimate, report
+    from icl.jobs.timing import timing_table
     cfg = load(args.config)
     t = time.perf_counter()
     rows = estimate(cfg, device=cfg.get("device", "auto"))

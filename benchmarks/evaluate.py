@@ -3,7 +3,7 @@
 zfb_fixed of config/paper.yaml (Gaussian d=20 with the rotated covariance, the LSA trained at
 N=40), its evaluate section as it is (5000 prompts per cell, ten shift cells, nine test lengths up
 to M=400): R runs (seeds) are trained 2 epochs (what they learned does not change the cost), then
-`icl.evaluate.evaluate_trained` evaluates the shard as the workflow's evaluate job does, with
+`icl.evaluate.cells.evaluate_trained` evaluates the shard as the workflow's evaluate job does, with
 2 threads, timed by part: drawing the prompts, the model's forward passes, the baselines (OLS,
 ridge, 1-NN, Nadaraya-Watson, the LSA limit: once per prompt set of the experiment) and the
 theory of every cell. Prints seconds per part, per run, and the peak memory of the process.
@@ -58,11 +58,12 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=None, help="prompts per cell (default: the paper's)")
     args = p.parse_args()
     import torch
-    from icl import evaluate, models
+    from icl.evaluate import cells as evaluate
+    from icl import models
     from icl.config import validate
     from icl.data import ensure_datasets
-    from icl.plan import plan
-    from icl.train import train_shard
+    from icl.plan.shards import plan
+    from icl.train.loop import train_shard
     cfg = validate(experiment(args.runs, args.prompts))
     ev = cfg["experiments"]["ev"]["evaluate"]
     runs = [{"run_id": r.run_id, "data_id": r.data_id, "shard": r.shard, "spec": r.spec} for r in plan(cfg, "ev")]

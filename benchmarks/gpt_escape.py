@@ -36,9 +36,9 @@ def main() -> None:
     sys.path.insert(0, str(REPO))
     from icl.config import validate
     from icl.data import write_dataset
-    from icl.measures import summary_table
-    from icl.plan import plan
-    from icl.train import train_shard
+    from icl.tables.measures import summary_table
+    from icl.plan.shards import plan
+    from icl.train.loop import train_shard
 
     exp = yaml.safe_load((REPO / "config.yaml").read_text())["experiments"]["zfb_gpt"]
     exp["train"].update(epochs=args.steps, checkpoint_every=args.steps, log_every=min(exp["train"]["log_every"], args.steps),

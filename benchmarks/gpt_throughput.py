@@ -4,7 +4,7 @@ The loop is `../shared/reference/gpt_loop.py` (nanoGPT-style blocks with torch's
 attention, Garg's interleaving, Adam, fresh Gaussian linear-regression prompts drawn on the device
 every step), timed in each of its set-ups: float32, `--bf16`, `--compile`, both; one process, and
 `--procs` processes side by side (the set-up of the best single process), each with its own runs.
-The ensemble is `icl.train.ShardTraining` on the same recipe (fresh prompts every step, Adam, the
+The ensemble is `icl.train.loop.ShardTraining` on the same recipe (fresh prompts every step, Adam, the
 loss at every x position), R runs at once, at each `--precision`, compiled or not; it is timed over
 its steps after a warm-up (where it compiles), logging as zfb_gpt does (every 100 steps).
 
@@ -45,8 +45,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from icl.config import validate
 from icl.data import write_dataset
-from icl.plan import plan
-from icl.train import ShardTraining, compile_step, load_prompts
+from icl.plan.shards import plan
+from icl.train.loop import ShardTraining, compile_step, load_prompts
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reference_models import GPTReference  # noqa: E402

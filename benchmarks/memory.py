@@ -65,9 +65,9 @@ def one(name: str, runs: int) -> None:
     """Child: train one shard of `runs` runs, print its peak RSS in MB and the estimate."""
     from icl.config import validate
     from icl.data import write_dataset
-    from icl.plan import plan, run_bytes
+    from icl.plan.shards import plan, run_bytes
     import torch
-    from icl.train import train_ensemble
+    from icl.train.loop import train_ensemble
     cfg = validate(config(name, runs))
     recs = plan(cfg, "mem")
     with tempfile.TemporaryDirectory() as tmp:

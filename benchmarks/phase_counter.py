@@ -1,8 +1,8 @@
-"""The phase counter (icl/phases.py, summary.parquet's n_phases) on the theory's own curves: what
+"""The phase counter (icl/tables/phases.py, summary.parquet's n_phases) on the theory's own curves: what
 it counts, per model or curve, in LDL's flat and sharp regimes. Prints the confusion table
 (model/curve × regime → the counts of phases over L and seeds) that docs/claims.md
 quotes. No verdict reads it: the claims measure the counter's power per setting on the traces
-Props. 2-4 predict for that setting's runs (icl.claims.ldl.phase_power).
+Props. 2-4 predict for that setting's runs (icl.analyse.claims.ldl.phase_power).
 
 The settings are the default config's (d = 15, K = 4, N = 100, Δ = 3, so L* = 1/(Δδ) = 0.373):
 - the cosine at one frequency c = 0.5 (ldl_cosine, LDL §6): softmax_q by GD at lr 5, the block by
@@ -10,9 +10,9 @@ The settings are the default config's (d = 15, K = 4, N = 100, Δ = 3, so L* = 1
 - the shape family c = L (ldl_phase_diagram), softmax_q by GD with lr_rule: clock (lr 0.8 at
   Δ = 3, L = c = 1), the same L;
 - the mean-field flow of both (icl.theory.ldl: Lemma 2 with balanced counts, no free constant) at
-  the same η and epochs, counted by the same function on the same window (icl.measures.phase_counts:
+  the same η and epochs, counted by the same function on the same window (icl.tables.measures.phase_counts:
   from epoch 0 until the loss falls to 10⁻³ of uniform attention's).
-Every run is counted on its every-epoch trace, as the pipeline does (icl.measures.summary_table).
+Every run is counted on its every-epoch trace, as the pipeline does (icl.tables.measures.summary_table).
 
     .venv/bin/python benchmarks/phase_counter.py          # ~1 minute on one core
 """
@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from icl.config import validate                       # noqa: E402
 from icl.data import ensure_datasets, feature_probs, features   # noqa: E402
-from icl.measures import phase_counts, summary_table  # noqa: E402
-from icl.plan import plan                             # noqa: E402
+from icl.tables.measures import phase_counts, summary_table  # noqa: E402
+from icl.plan.shards import plan                             # noqa: E402
 from icl.theory import ldl                            # noqa: E402
-from icl.train import train_shard                     # noqa: E402
+from icl.train.loop import train_shard                     # noqa: E402
 
 FLAT, SHARP = (0.1, 0.2), (1.5, 2.0)
 SEEDS = (0, 1, 2)

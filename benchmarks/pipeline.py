@@ -64,7 +64,8 @@ def same_losses(epochs: int = 30, runs: int = 6) -> float:
     """Max relative difference of the train-loss curves, reference loop vs icl's ensemble, on the
     reference's prompts of runs 0..runs-1 (each its own L)."""
     import torch
-    from icl import models, optim
+    from icl import models
+    from icl.train import optim
     ref = reference_definitions()
     torch.set_num_threads(1)
     sets = [ref["data"](r, LS[r % 6]) for r in range(runs)]
@@ -182,7 +183,7 @@ def main() -> None:
         wall = time.perf_counter() - t
         if res.returncode:
             sys.exit(f"snakemake failed:\n{res.stderr[-3000:]}")
-        from icl.timing import summary_line, timing_table
+        from icl.jobs.timing import summary_line, timing_table
         df = timing_table(os.path.join(wd, "logs"))
         train_jobs = df.loc[df["step"] == "train", "seconds"].sum()
         parts, loop_core_s = train_breakdown(os.path.join(wd, "logs"), train_jobs)

@@ -39,7 +39,7 @@ def config(n_runs: int) -> dict:
 
 def synthetic_shard(runs, path, rng):
     """A shard file as train_shard writes it, with plausible decaying curves."""
-    from icl.provenance import code_hash, code_version
+    from icl.jobs.provenance import code_hash, code_version
     R, ep, K = len(runs), np.arange(0, 401, 4), 4
     rate = rng.uniform(0.005, 0.05, (R, 1))
     loss = rng.uniform(0.01, 1.0, (R, 1)) * np.exp(-rate * ep) + 1e-6
@@ -77,7 +77,7 @@ def main():
         rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         from icl.cli import main as icl
         from icl.config import validate
-        from icl.plan import plan
+        from icl.plan.shards import plan
         full = validate(cfg)
         runs = plan(full, "big")
         print(f"{len(runs)} runs in {len({r.shard for r in runs})} shards")

@@ -13,7 +13,7 @@ one thread per process and two processes side by side (what `snakemake --cores 2
                   (benchmarks/reference_models.py: the module the tests hold the ensemble to);
   lsa_heads       eight rank-one heads with separate key and query matrices on the full prompt
                   matrix, f(E) = E + Σ_h W^V_h E (Eᵀ W_K_hᵀ W_Q_h E)/N, Adam (reference_models.py).
-The ensemble is `icl.train.train_shard` with 2 threads, logging everything every epoch
+The ensemble is `icl.train.loop.train_shard` with 2 threads, logging everything every epoch
 (log_every 1: train and test loss, attention maps, q_features), setup and data reading included.
 Before anything is timed, each loop and the ensemble start from the same parameters and must give
 the same train-loss curve (max relative difference over 5 epochs below 2e-3).
@@ -49,8 +49,8 @@ from torch.utils.flop_counter import FlopCounterMode
 from icl.config import validate
 from icl.data import read_dataset, write_dataset
 from icl.models import MODELS as MODELS_OF, build
-from icl.plan import plan
-from icl.train import train_shard
+from icl.plan.shards import plan
+from icl.train.loop import train_shard
 from reference_models import GPTReference, LSAHeadsReference
 
 LS = [0.1, 0.2, 0.4, 1.0, 1.5, 2.0]
@@ -259,7 +259,7 @@ def flops_per_epoch(model_key, path, runs, paths, device) -> float:
         with FlopCounterMode(display=False) as fc:
             (0.5 * ((m(x, y) - (y if every else y[:, -1])) ** 2).mean()).backward()
         return fc.get_total_flops() * len(runs)
-    from icl.train import load_prompts
+    from icl.train.loop import load_prompts
     from icl.data import read_datasets
     ens = build(spec, runs[0]["spec"]["tokens"])
     p = ens.init([0] * len(runs), ["m"] * len(runs), device)

@@ -1,5 +1,5 @@
 """icl-dynamics: in-context-learning training dynamics, measured against LDL and ZFB theory."""
-from icl.provenance import __version__  # noqa: F401  (defined where the tables' stamps read it)
+from icl.jobs.provenance import __version__  # noqa: F401  (defined where the tables' stamps read it)
 
 
 def load(path: str):

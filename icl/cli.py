@@ -17,17 +17,17 @@ from icl.config import ConfigError
 def cmd_check(args) -> None:
     from icl.config import load
     cfg = load(args.config)
-    from icl.plan import plan
+    from icl.plan.shards import plan
     for name in cfg["experiments"]:
         runs = plan(cfg, name)
         print(f"{name}: {len(runs)} runs in {len({r.shard for r in runs})} shards")
     if args.estimate:
-        from icl.estimate import estimate, report
-        from icl.runtime import device_setting
+        from icl.plan.estimate import estimate, report
+        from icl.jobs.runtime import device_setting
         device = device_setting(args.device, cfg)
         rows = estimate(cfg, device=device, progress=lambda text: print(text, file=sys.stderr, flush=True))
         if rows and rows[0]["basis"] == "FLOPs":
-            from icl.estimate import flop_note
+            from icl.plan.estimate import flop_note
             print(f"\npredicted training on a CUDA device ({flop_note()}):")
         else:
             print(f"\npredicted training on this machine ({device}; evaluation under shift not included):")
@@ -35,7 +35,7 @@ def cmd_check(args) -> None:
 
 
 def read_plan(path: str) -> dict:
-    from icl.files import read_plan    # pandas and pyarrow load only for the steps that read tables
+    from icl.store.files import read_plan    # pandas and pyarrow load only for the steps that read tables
     return read_plan(path)
 
 
@@ -47,19 +47,19 @@ def _json_arg(flag: str, text: str):
 
 
 def cmd_plan(args) -> None:
-    from icl.plan import plan
-    from icl.runtime import stable_hash
-    from icl.io import write_parquet
-    from icl.tables import runs_table
+    from icl.plan.shards import plan
+    from icl.jobs.runtime import stable_hash
+    from icl.store.io import write_parquet
+    from icl.tables.build import runs_table
     cfg = _json_arg("--spec", args.spec)
     if args.experiment not in cfg.get("experiments", {}):
         raise ConfigError(f"--experiment {args.experiment!r} is not in --spec; it has: {', '.join(cfg.get('experiments', {}))}")
     runs = plan(cfg, args.experiment)
     recs = [{"run_id": r.run_id, "data_id": r.data_id, "shard": r.shard, "spec": r.spec} for r in runs]
     chash = stable_hash(cfg["experiments"][args.experiment])
-    from icl.provenance import stamp
+    from icl.jobs.provenance import stamp
     write_parquet(runs_table(recs, args.experiment, chash), args.runs, stamp(chash))
-    from icl.files import atomic_path
+    from icl.store.files import atomic_path
     with atomic_path(args.plan) as tmp, open(tmp, "w") as fh:
         json.dump({"experiment": args.experiment, "config": cfg["experiments"][args.experiment],
                    "settings": {k: v for k, v in cfg.items() if k != "experiments"},
@@ -78,19 +78,19 @@ def _shard_job(args, pl: dict, runs: list[dict]) -> tuple[list[dict], dict, str]
     stale = os.path.getmtime(args.code_stamp) if args.code_stamp else None
     paths = ensure_datasets(mine, args.prompts_dir, stale, workers=args.threads or 1)
     print(f"[{args.shard}] {len(paths)} prompt files ready in {time.time() - t:.2f}s", file=sys.stderr, flush=True)
-    from icl.runtime import device_setting
+    from icl.jobs.runtime import device_setting
     return mine, paths, device_setting(args.device, pl["settings"])
 
 
 def cmd_train(args) -> None:
-    from icl.train import train_shard
+    from icl.train.loop import train_shard
     pl = read_plan(args.plan)
     runs, paths, device = _shard_job(args, pl, pl["runs"])
     train_shard(runs, paths, args.out, device=device, threads=args.threads, label=args.shard)
 
 
 def cmd_evaluate(args) -> None:
-    from icl.evaluate import baseline_owners, evaluate_trained
+    from icl.evaluate.cells import baseline_owners, evaluate_trained
     pl = read_plan(args.plan)
     every = pl["runs"]
     if args.evaluate_spec:      # the workflow's stamp: the evaluate section this job was run for
@@ -106,15 +106,15 @@ def cmd_evaluate(args) -> None:
 
 
 def cmd_tables(args) -> None:
-    from icl.tables import aggregate
+    from icl.tables.build import aggregate
     t = time.time()
     summary = aggregate(args.runs, args.shards, args.outdir, args.shift, processes=args.processes)
     print(f"tables: {len(summary)} runs in {time.time() - t:.2f}s", file=sys.stderr)
 
 
 def cmd_theory(args) -> None:
-    from icl.provenance import stamp
-    from icl.io import write_parquet
+    from icl.jobs.provenance import stamp
+    from icl.store.io import write_parquet
     from icl.models import kinds
     from icl.theory.table import ldl_rows, lsa_rows, mean_field_rows
     pl = read_plan(args.plan)
@@ -126,7 +126,7 @@ def cmd_theory(args) -> None:
 
 
 def cmd_analyse(args) -> None:
-    from icl.analyse import analyse
+    from icl.analyse.verdicts import analyse
     t = time.time()
     out = analyse(args.results)
     counts = out["verdicts"]["verdict"].value_counts()
@@ -148,7 +148,7 @@ def cmd_index(args) -> None:
 
 
 def cmd_timing(args) -> None:
-    from icl.timing import summary_line, timing_table
+    from icl.jobs.timing import summary_line, timing_table
     df = timing_table(args.logs, args.experiment)
     if df.empty:
         where = os.path.join(args.logs, args.experiment or "*", "benchmark")
@@ -158,7 +158,7 @@ def cmd_timing(args) -> None:
 
 
 def cmd_claims(args) -> None:
-    from icl.claims.readme import readme_table
+    from icl.analyse.claims.readme import readme_table
     print(readme_table())
 
 
@@ -179,7 +179,7 @@ def main(argv=None) -> None:
     s.add_argument("config")
     s.add_argument("--estimate", action="store_true",
                    help="also predict each experiment's training time and memory on this machine, timed on "
-                        "a few epochs of one shard of each shape (icl/estimate.py)")
+                        "a few epochs of one shard of each shape (icl/plan/estimate.py)")
     s.add_argument("--cores", type=int, help="cores the wall-time estimate assumes (default: this machine's)")
     s.add_argument("--device", choices=["auto", "cpu", "cuda"], help="where to time (default: the config's device)")
     s.set_defaults(fn=cmd_check)

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from icl.errors import ConfigError
+from icl.jobs.errors import ConfigError
 from icl.settings import Tokens, Train
 from icl.sweep import apply_override, sweep_axes
 
@@ -195,7 +195,7 @@ def _training_options_ok(where: str, exp: dict) -> None:
 
 def _clock_rule_ok(model: dict, exp: dict, where: str) -> None:
     """lr_rule: clock sets a GD step from the task's label covariance at discrete features
-    (icl.plan.with_step): it needs all three."""
+    (icl.plan.shards.with_step): it needs all three."""
     import numpy as np
     from icl.tasks import family
     if model["optimizer"] != "gd":

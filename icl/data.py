@@ -10,14 +10,14 @@ import os
 
 import numpy as np
 
-from icl.files import atomic_path
+from icl.store.files import atomic_path
 from icl.settings import Train
 from icl.tasks import sample_labels   # each task family draws its own labels (icl/tasks.py)
 from icl.settings import Tokens
 
 STREAM_FEATURES, STREAM_TRAIN, STREAM_TEST = 0, 1, 2
-STREAM_EVAL = 100_000        # + cell index: evaluation prompts under shift (icl.evaluate)
-STREAM_FRESH = 1_000_000     # + epoch: fresh training prompts (drawn on the training device: icl.fresh)
+STREAM_EVAL = 100_000        # + cell index: evaluation prompts under shift (icl.evaluate.cells)
+STREAM_FRESH = 1_000_000     # + epoch: fresh training prompts (drawn on the training device: icl.train.fresh)
 STREAM_ROTATION = 3          # the eigenvectors of a rotated gaussian covariance (seed: rotation_seed)
 
 
@@ -168,7 +168,7 @@ def make_dataset(spec: dict, tokens: bool = True) -> dict:
 def prompt_file_bytes(spec: dict) -> int:
     """One run's prompts as they are drawn, written and read back: labels (float32) and feature
     indices (int16) of every token, and the tokens (float32) where they are not their features'
-    rows. Training holds a group of these while it prepares the model's form (icl.train)."""
+    rows. Training holds a group of these while it prepares the model's form (icl.train.loop)."""
     p, tok = spec["prompts"], spec["tokens"]
     return (p["train"] + p["test"]) * (p["N"] + 1) * (4 + 2 + (0 if tokens_are_features(tok) else 4 * tok["d"]))
 
@@ -197,7 +197,7 @@ def ensure_datasets(runs: list[dict], prompts_dir: str, stale_before: float | No
     forked ones: a job given several threads writes with all of them) instead of one job per
     dataset; jobs that share a dataset may both write it: the content is a function of the data
     spec, and each writes its own temporary file before the rename."""
-    from icl.parallel import Forked
+    from icl.jobs.parallel import Forked
     os.makedirs(prompts_dir, exist_ok=True)
     paths, todo = {}, []
     for r in runs:

@@ -14,8 +14,8 @@ from functools import cached_property
 
 import pandas as pd
 
-from icl.claims import COLUMNS
-from icl.io import read_parquet
+from icl.analyse.claims import COLUMNS
+from icl.store.io import read_parquet
 
 
 

@@ -19,7 +19,7 @@ def _known(cls, section: dict, name: str) -> None:
 
 @dataclass(frozen=True)
 class LLC:
-    """`train.llc`: the local learning coefficient measured during training (icl.llc), its SGLD's
+    """`train.llc`: the local learning coefficient measured during training (icl.train.llc), its SGLD's
     settings with the schema's defaults (devinterp's, and Hoogland et al.'s chains and draws in
     config/paper.yaml)."""
     points: int                             # checkpoints, evenly spaced in log t from epoch 1 to the last
@@ -56,7 +56,7 @@ class Train:
     warmup: int = 0                         # absent: no warmup
     schedule: str = "constant"              # absent: the lr stays after the warmup
     clip: float | None = None               # absent: no clipping
-    precision: str | dict | None = None     # absent: the device's default (icl.runtime.precision_on)
+    precision: str | dict | None = None     # absent: the device's default (icl.jobs.runtime.precision_on)
     compile: bool | str | None = None       # absent: on CUDA
     curriculum: dict | None = None          # absent: full prompts from the first step
     llc: LLC | None = None                  # absent: no LLC measured

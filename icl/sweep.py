@@ -8,7 +8,7 @@ import copy
 import itertools
 import math
 
-from icl.errors import ConfigError
+from icl.jobs.errors import ConfigError
 
 MAX_RUNS = 1_000_000
 

@@ -3,7 +3,7 @@
 A family lives in one place: a new one is a class here (registered in TASKS) plus its settings in
 the schema (`$defs.task` of icl/schema/config.schema.yaml). The rest of the package asks it:
 data.py draws labels through `sample_labels`, theory/table.py asks `ldl` and `label_cov`, the
-report asks `ldl`, `regression` and `scales_with_L` (the scale identity of icl.claims.ldl). A family's closed
+report asks `ldl`, `regression` and `scales_with_L` (the scale identity of icl.analyse.claims.ldl). A family's closed
 forms (the cosine's label covariance) live here too, so the theory imports the tasks and never
 the other way round.
 """
@@ -15,7 +15,7 @@ import math
 import numpy as np
 
 
-PURPOSE = 10          # the first purpose of a task's draws in a fresh-prompt stream (icl.streams); tokens' are below
+PURPOSE = 10          # the first purpose of a task's draws in a fresh-prompt stream (icl.train.streams); tokens' are below
 
 
 class Task:
@@ -36,7 +36,7 @@ class Task:
 
     def draw_fresh(self, settings: dict, x, stream):
         """Labels (R, B, T) of tokens x (R, B, T, d) on x's device, for R runs at once (`settings`:
-        fresh_settings' arrays as tensors there), from `stream` (icl.streams.Stream: a
+        fresh_settings' arrays as tensors there), from `stream` (icl.train.streams.Stream: a
         counter-based stream per run)."""
         raise NotImplementedError
 

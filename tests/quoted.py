@@ -1,13 +1,13 @@
 """Issue 35 item 7, "every reason's numbers equal the row's": the interval a reason quotes (judge's
 "…'s interval [lo, hi]") and the one a ZFB measurement gives as judged over seeds ("judged over n
-seeds: mean m [lo, hi]", or geometric mean) are the row's own value, ci_lo and ci_hi, as icl.claims.fmt prints them."""
+seeds: mean m [lo, hi]", or geometric mean) are the row's own value, ci_lo and ci_hi, as icl.analyse.claims.fmt prints them."""
 from __future__ import annotations
 
 import re
 
 import pandas as pd
 
-from icl.claims import fmt
+from icl.analyse.claims import fmt
 
 REASON = re.compile(r"'s interval \[([^,\]]+), ([^\]]+)\]")
 OVER_SEEDS = re.compile(r"judged over \d+ seeds: (?:geometric )?mean (\S+) \[([^,\]]+), ([^\]]+)\]")

@@ -22,7 +22,7 @@ def test_the_equality_check_can_fail(monkeypatch):
     """A pipeline that trained another model (a step twice as large) is caught before any timing."""
     if not pipeline.REFERENCE.exists():
         pytest.skip("../shared/reference is not beside the checkout")
-    from icl import optim
+    from icl.train import optim
     real = optim.build
     monkeypatch.setattr(optim, "build", lambda kind, lr: real(kind, 2 * lr))
     assert pipeline.same_losses(epochs=30, runs=6) > 1e-2

@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from icl import claims, fits
-from icl.claims import FAILS, HOLDS, NOT_TESTABLE, UNSURE
-from icl.claims import ldl as C
-from icl.claims.judge import Choices, robust
+from icl.analyse import claims, fits
+from icl.analyse.claims import FAILS, HOLDS, NOT_TESTABLE, UNSURE
+from icl.analyse.claims import ldl as C
+from icl.analyse.claims.judge import Choices, robust
 from icl.theory import ldl
 
 K, N, D = 4, 100, 3.0
@@ -538,7 +538,7 @@ def train_ratio(text):
 
 
 def test_runs_that_did_not_learn_are_counted_and_left_out():
-    """Issue 28 item 4, the learning gate (icl.claims.learned) for attention_to_one and
+    """Issue 28 item 4, the learning gate (icl.analyse.claims.learned) for attention_to_one and
     unseen_functions: a run whose final train loss is 1.5x uniform attention's (ldl_depth's GPTs)
     has not learned: left out and counted; a setting with none reads not testable, saying so with
     the numbers (worse than uniform attention, not "little better")."""

@@ -1,7 +1,7 @@
 """Every ZFB claim on tables built the way evaluation builds them: test prompts drawn by the
-project's own sampler (icl.evaluate.eval_prompts, 1000 per cell), predictions of matrices off the
+project's own sampler (icl.evaluate.cells.eval_prompts, 1000 per cell), predictions of matrices off the
 optimum by realistic amounts (runs scatter by ~5% of ‖Γ⁻¹‖), errors and slopes with their
-standard errors from icl.evaluate._stats, theory columns from icl.evaluate.theory_cell. Each claim
+standard errors from icl.evaluate.cells._stats, theory columns from icl.evaluate.cells.theory_cell. Each claim
 is made to hold, to fail and to be inconclusive (or not testable); two claims also run on a real
 LSA trained for a few seconds, one of them tampered into a converged but wrong matrix."""
 import json
@@ -13,13 +13,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from icl.claims import FAILS, HOLDS, NOT_TESTABLE, UNSURE, zfb
-from icl.claims.judge import DEFAULT
-from icl.claims.zfb.setting import with_seed_values
+from icl.analyse.claims import FAILS, HOLDS, NOT_TESTABLE, UNSURE, zfb
+from icl.analyse.claims.judge import DEFAULT
+from icl.analyse.claims.zfb.setting import with_seed_values
 from quoted import misquoted
-from icl.baselines import predict_all
-from icl.evaluate import _stats, eval_id, eval_prompts
-from icl.shifts import theory_cell
+from icl.evaluate.baselines import predict_all
+from icl.evaluate.cells import _stats, eval_id, eval_prompts
+from icl.evaluate.shifts import theory_cell
 from icl.theory import lsa
 from icl.theory.table import lsa_optimum, lsa_target_limit
 from numerics import PINNED
@@ -275,11 +275,11 @@ def train_lsa(tmp, epochs, lr, log_every=None, evaluate=None, seeds=(0, 1, 2, 3,
     trained through the project's own code, the plan records and the shard's path."""
     from icl.config import validate
     from icl.data import ensure_datasets
-    from icl.plan import plan
-    from icl.io import read_shard
-    from icl.tables import long_tables, runs_table
+    from icl.plan.shards import plan
+    from icl.store.io import read_shard
+    from icl.tables.build import long_tables, runs_table
     from icl.theory.table import lsa_rows
-    from icl.train import train_shard
+    from icl.train.loop import train_shard
     exp = {"tokens": ROT, "task": {"kind": "linear"}, "prompts": {"N": 8, "train": 200, "test": 100},
            "models": [{"name": "lsa", "kind": "lsa", "optimizer": "adam", "lr": lr}],
            "train": {"epochs": epochs, "log_every": log_every or max(1, epochs // 20), "fresh": True, **PINNED},
@@ -336,9 +336,9 @@ def test_real_lsa_levelled_off_at_a_wrong_matrix_fails_the_optimisation_rows(tmp
     other weights): the real forward pass, evaluated by the project's own step, matches the theory
     at its learned matrix (formula rows hold) but not the optimum's, and the runs are not still
     falling: the optimisation rows do not hold. The untouched runs hold."""
-    from icl.evaluate import evaluate_trained
-    from icl.io import read_shard
-    from icl.tables import long_tables
+    from icl.evaluate.cells import evaluate_trained
+    from icl.store.io import read_shard
+    from icl.tables.build import long_tables
     ev = {"lengths": [3, 6, 12, 24], "prompts": 1000, "shifts": [{"kind": "none"}, {"kind": "scale", "c": [2.0]}]}
     tabs, recs, paths = train_lsa(tmp_path, 150, 0.05, evaluate=ev)   # at 100 epochs of this stream: 0.43 [0.28, 0.54] of the gap, inconclusive
     good = {**tabs, "shift": evaluate_trained(recs, paths, str(tmp_path / "s.npz"), str(tmp_path / "shift.parquet"))}
@@ -556,7 +556,7 @@ def test_gpt_in_distribution_is_a_claim_about_a_gpt_with_positions():
 
 def test_a_gpt_that_has_not_learned_in_context_decides_nothing():
     """zfb_gpt at laptop size: the GPT's error at M = N is about uniform attention's. Every claim on it
-    reads not testable (the learning gate, icl.claims.learned) and says why with the numbers,
+    reads not testable (the learning gate, icl.analyse.claims.learned) and says why with the numbers,
     instead of 'does not hold' against ZFB §5 (before issue 28: inconclusive, per claim)."""
     rows = with_gpt(gpt(plateau()), gpt(plateau(), "none", "gpt_nopos"), shifts=(("none", None), ("scale", 4.0)),
                     lengths=(3, 5, 8, 12, 16))
@@ -616,7 +616,7 @@ def test_an_lsa_is_gated_against_the_optimum_it_can_reach():
     prompts (the lsa_limit baseline): on random covariances at d = 5, N = 5 the optimum itself makes
     0.51-0.55 of uniform attention's error, so against 0 the LSA at its optimum would read "not
     learned"; against the optimum it closed the whole gap and is judged."""
-    from icl.baselines import REGISTRY
+    from icl.evaluate.baselines import REGISTRY
     tok = {"kind": "random_covariance", "d": 5, "scale": 1.0}
     exp = Exp(tok=tok, Ns=(5,), lengths=(5, 10)).lsa(lambda opt, lim, rng: opt).ols()
     bare = zfb.verdicts(exp.tabs())
@@ -820,8 +820,8 @@ def test_a_ratio_is_judged_over_seeds_on_its_logs():
     its log (as the delta method gives it inside a seed, and ldl.depth over seeds), and over seeds
     the row holds: exp(mean ± t·s/√5 of the logs). The LSA's error past its training length, whose
     ratios lie below 1 on every seed, does not hold on the same statistic."""
-    from icl.claims.judge import Band, judge
-    from icl.claims.zfb.setting import Setting
+    from icl.analyse.claims.judge import Band, judge
+    from icl.analyse.claims.zfb.setting import Setting
     from icl.stats import mean_interval
     cid, group = "zfb.length_spike", "learned positions"
     spikes = {0: 1.27, 1: 1.15, 2: 1.23, 3: 1.48, 4: 2.33}

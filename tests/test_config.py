@@ -4,8 +4,8 @@ import copy
 import pytest
 
 from icl.config import ConfigError, validate
-from icl.plan import plan
-from icl.runtime import stable_hash
+from icl.plan.shards import plan
+from icl.jobs.runtime import stable_hash
 from icl.sweep import expand
 
 
@@ -240,9 +240,9 @@ def test_clock_rule_gives_each_delta_and_L_its_step_and_leaves_other_ids_alone(t
     assert len(set(lr.values())) == 4 and lr[(2.0, 0.2)] > lr[(4.0, 0.2)] > lr[(4.0, 1.5)]
     assert {r.spec["model"]["lr_ref"] for r in runs} == {2.0}
     assert len({r.shard for r in runs}) == 1                  # one shape: one ensemble, whatever its steps
-    from icl.tables import runs_table
+    from icl.tables.build import runs_table
     df = runs_table([{"run_id": r.run_id, "data_id": r.data_id, "shard": r.shard, "spec": r.spec} for r in runs], "tiny", "h")
     assert sorted(df["lr"]) == sorted(lr[(r.spec["tokens"]["delta"], r.spec["task"]["L"])] for r in runs)
     assert (df["lr_rule"] == "clock").all() and (df["lr_ref"] == 2.0).all()
-    from icl.claims.judge import settings
+    from icl.analyse.claims.judge import settings
     assert "lr" not in settings(df) and "delta" in settings(df)      # the step moves with the settings, not a setting

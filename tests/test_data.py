@@ -84,7 +84,7 @@ def test_training_jobs_write_missing_prompt_files_once(tiny_raw, tmp_path):
 
     from icl.config import validate
     from icl.data import ensure_datasets, make_dataset, read_dataset
-    from icl.plan import plan
+    from icl.plan.shards import plan
     runs = [{"run_id": r.run_id, "data_id": r.data_id, "spec": r.spec} for r in plan(validate(tiny_raw), "tiny")]
     paths = ensure_datasets(runs, str(tmp_path / "p"))
     assert set(paths) == {r["data_id"] for r in runs} and len(paths) == 4      # 8 runs, 2 models share data

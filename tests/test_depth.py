@@ -1,12 +1,12 @@
-"""ldl.depth: a deeper model against the shallowest of its kind, seed by seed (icl.claims.ldl.depth)."""
+"""ldl.depth: a deeper model against the shallowest of its kind, seed by seed (icl.analyse.claims.ldl.depth)."""
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from icl.claims import FAILS, HOLDS, NOT_TESTABLE, UNSURE
-from icl.claims.ldl.depth import depth
+from icl.analyse.claims import FAILS, HOLDS, NOT_TESTABLE, UNSURE
+from icl.analyse.claims.ldl.depth import depth
 
 
 def tables(shallow, deep, L=(1.5,), uniform=2.0, seed=0):

@@ -11,8 +11,8 @@ import yaml
 
 from conftest import TINY
 from icl.config import validate
-from icl.estimate import Calibration, estimate, report
-from icl.plan import plan, shard_mem_mb, shards, train_threads
+from icl.plan.estimate import Calibration, estimate, report
+from icl.plan.shards import plan, shard_mem_mb, shards, train_threads
 
 
 def test_a_job_is_its_start_up_plus_the_calibrated_parts_scaled_by_runs_and_epochs():
@@ -22,7 +22,7 @@ def test_a_job_is_its_start_up_plus_the_calibrated_parts_scaled_by_runs_and_epoc
     assert cal.seconds(16, 400, 4, 1.5) == pytest.approx(want)
     assert cal.seconds(8, 800, 4, 0.0) - cal.seconds(8, 400, 4, 0.0) == pytest.approx(400 * 0.05 + 100 * 0.02)
     # the LLC: its SGLD steps priced as training steps of the same runs on its chains' prompts
-    from icl.estimate import llc_epochs, llc_work
+    from icl.plan.estimate import llc_epochs, llc_work
     spec = {"prompts": {"train": 300}, "train": {"epochs": 400, "log_every": 4, "checkpoint_every": 50, "fresh": False,
                                                  "batch_size": 100,
                                                  "llc": {"points": 10, "chains": 4, "draws": 200, "burnin": 100,
@@ -77,8 +77,8 @@ def test_the_command_prints_the_estimate(tmp_path):
 def test_a_curriculum_is_timed_at_its_end(monkeypatch):
     """Garg's curriculum makes the first steps short and cheap; the estimate times full prompts
     (an upper bound), not the first stage, which would under-predict every later step."""
-    import icl.train
-    from icl import estimate as est
+    import icl.train.loop
+    from icl.plan import estimate as est
     raw = {"experiments": {"lin": {
         "tokens": {"kind": "gaussian", "d": 4}, "task": {"kind": "linear"},
         "prompts": {"N": 8, "train": 8, "test": 8},
@@ -87,12 +87,12 @@ def test_a_curriculum_is_timed_at_its_end(monkeypatch):
                   "curriculum": {"points": {"start": 2, "end": 9, "inc": 1, "interval": 10}}}}}}
     runs = plan(validate(raw), "lin")
     seen = []
-    real = icl.train.ShardTraining
+    real = icl.train.loop.ShardTraining
 
     def spy(rs, paths, dev, saved=None):
         seen.extend(r["spec"]["train"] for r in rs)
         return real(rs, paths, dev, saved)
-    monkeypatch.setattr(icl.train, "ShardTraining", spy)
+    monkeypatch.setattr(icl.train.loop, "ShardTraining", spy)
     cal = est._timed(runs[:1], "cpu", 1, epochs=2)
     assert seen and all("curriculum" not in t for t in seen)
     assert "curriculum" in runs[0].spec["train"]        # the plan's own spec untouched
@@ -102,7 +102,7 @@ def test_a_curriculum_is_timed_at_its_end(monkeypatch):
 # ---------------------------------------------------------------- --device cuda without a CUDA device
 
 def test_a_flop_based_job_is_its_steps_at_the_rate_or_at_the_floor():
-    from icl.estimate import GPU_STEP_FLOOR_S, FlopCalibration
+    from icl.plan.estimate import GPU_STEP_FLOOR_S, FlopCalibration
     cal = FlopCalibration(run_epoch_flops=4e12, steps_per_epoch=2, rate=50e12)
     # 16 runs: 2 steps of 16 x 2e12 FLOP = 0.64 s each, 300 epochs, 1.5 s start-up
     assert cal.seconds(16, 300, 10, 1.5) == pytest.approx(1.5 + 300 * 2 * 0.64)
@@ -135,7 +135,7 @@ def test_the_flops_are_counted_on_the_runs_prompts_and_add_over_runs(gpt_cfg):
     """40 prompts an epoch are past 4 x SMALL: the line through the counts at SMALL and 4 x SMALL
     must give what counting on all 40 gives (an epoch's FLOPs are linear in its prompts), and two
     runs trained together count twice one run's (the ensemble's matmuls are the runs' own)."""
-    from icl.estimate import _counted, flop_calibrate
+    from icl.plan.estimate import _counted, flop_calibrate
     members = shards(plan(gpt_cfg, "tiny"))
     (two,) = members.values()
     cal = flop_calibrate(two)
@@ -153,7 +153,7 @@ def test_the_flops_are_counted_on_the_runs_prompts_and_add_over_runs(gpt_cfg):
 def test_the_flop_rate_is_that_of_the_precision_the_job_takes_on_cuda():
     """{cpu: float32, cuda: bf16}: the GPT's shard counts at bf16's rate, and the LSA's beside it,
     which bf16 leaves at CUDA's default, at tf32's."""
-    from icl.estimate import GPU_FLOP_RATE, flop_calibrate
+    from icl.plan.estimate import GPU_FLOP_RATE, flop_calibrate
     raw = _gpt_raw()
     tiny = raw["experiments"]["tiny"]
     tiny["models"].append({"name": "lsa", "kind": "lsa", "optimizer": "adam", "lr": 1e-2})
@@ -185,7 +185,7 @@ def _real_cuda() -> bool:
 def test_the_device_is_decided_in_one_place():
     """--device, else the config's `device` (its schema default: auto), by one function; CUDA probed
     by one (runtime.cuda_here), which pick_device and the estimate's choice of FLOPs both ask."""
-    from icl import runtime
+    from icl.jobs import runtime
     assert runtime.device_setting(None, {"device": "auto"}) == "auto"
     assert runtime.device_setting("cpu", {"device": "cuda"}) == "cpu"
     src = {p.name: p.read_text() for p in (Path(__file__).resolve().parent.parent / "icl").rglob("*.py")}

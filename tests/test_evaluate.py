@@ -14,11 +14,11 @@ import yaml
 
 from icl.config import ConfigError, validate
 from icl.data import ensure_datasets
-from icl.baselines import predict_all
-from icl.evaluate import evaluate_trained
+from icl.evaluate.baselines import predict_all
+from icl.evaluate.cells import evaluate_trained
 from icl.models import SoftmaxQ
-from icl.plan import plan
-from icl.train import train_shard
+from icl.plan.shards import plan
+from icl.train.loop import train_shard
 from numerics import PINNED
 
 REPO = Path(__file__).resolve().parent.parent
@@ -102,7 +102,7 @@ def test_evaluation_rows_and_chunking(trained):
 def test_a_baseline_joins_in_one_place(trained, monkeypatch):
     """The built-in baselines in their order of rows, and a new one: one class, registered, and
     its rows appear in shift.parquet under its name, with its theory."""
-    from icl import baselines
+    from icl.evaluate import baselines
     assert list(baselines.REGISTRY) == ["ols", "ridge", "uniform_attention", "nearest_neighbor", "nadaraya_watson",
                                         "feature_oracle", "lsa_limit"]
     monkeypatch.setattr(baselines, "REGISTRY", dict(baselines.REGISTRY))
@@ -194,8 +194,8 @@ def test_new_shifts_rerun_evaluation_not_training(tmp_path):
 
 
 def test_trained_lsa_rows_carry_the_theory_at_their_learned_matrix(trained):
-    from icl.shifts import theory_cell
-    from icl.io import read_shard
+    from icl.evaluate.shifts import theory_cell
+    from icl.store.io import read_shard
     recs, paths, tmp = trained
     df = evaluate_trained(recs, paths, str(tmp / "lsa.npz"), str(tmp / "learned.parquet"))
     lsa_rows = df[df["model_kind"] == "lsa"]
@@ -212,8 +212,8 @@ def test_trained_lsa_rows_carry_the_theory_at_their_learned_matrix(trained):
 def test_learned_theory_reads_w22_times_W11_transposed():
     """On a rotated anisotropic Λ, an LSA with a non-symmetric W11: the measured MSE and slope match
     the theory at B = w22·W11ᵀ within 5 s.e., and the MSE rejects the theory at w22·W11."""
-    from icl.evaluate import evaluate_shard
-    from icl.shifts import theory_cell
+    from icl.evaluate.cells import evaluate_shard
+    from icl.evaluate.shifts import theory_cell
     from icl.models import LSA
     d = 3
     spec = {"tokens": {"kind": "gaussian", "d": d, "covariance": {"eigenvalues": [2.5, 1.0, 0.3], "rotation_seed": 2}},
@@ -234,17 +234,17 @@ def test_learned_theory_reads_w22_times_W11_transposed():
 
 
 def test_unknown_shift_is_an_error_not_the_in_distribution_formula():
-    from icl.evaluate import eval_prompts
-    from icl.shifts import theory_cell
+    from icl.evaluate.cells import eval_prompts
+    from icl.evaluate.shifts import theory_cell
     spec = {"tokens": {"kind": "gaussian", "d": 2, "covariance": "identity"}, "task": {"kind": "linear"},
             "prompts": {"N": 8}, "seed": 0, "evaluate": {"prompts": 10}}
     with pytest.raises(ValueError, match="unknown shift 'label_noise'"):
         theory_cell(spec, "label_noise", 1.0, 5)
     with pytest.raises(ValueError, match="unknown shift 'label_noise'"):
         eval_prompts(spec, None, "label_noise", 1.0, 5, 0)
-    # every kind the schema allows has an entry in icl.shifts, and no other
+    # every kind the schema allows has an entry in icl.evaluate.shifts, and no other
     from icl.config import SCHEMA
-    from icl.shifts import SHIFTS
+    from icl.evaluate.shifts import SHIFTS
     ev = SCHEMA["$defs"]["experiment"]["properties"]["evaluate"]["properties"]
     assert set(ev["shifts"]["items"]["properties"]["kind"]["enum"]) == set(SHIFTS)
 

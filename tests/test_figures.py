@@ -547,7 +547,7 @@ def test_a_crowded_attention_figure_gets_a_panel_per_setting():
 def test_the_convergence_time_figure_has_a_panel_per_group():
     """Nine groups (Δ × N) drew 18 dashed theory lines and 9 splits on one panel: now a panel per
     group with its own split and slopes in its title, each kind of line named once."""
-    from icl.fits import convergence_slopes
+    from icl.analyse.fits import convergence_slopes
     from icl.report import ldl as report_ldl
     rows, summ = [], []
     for d in (1.5, 3.0, 6.0):

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from icl.fits import convergence_slopes, max_stable_lr, slope_with_bootstrap, stability_class, theory_slope
+from icl.analyse.fits import convergence_slopes, max_stable_lr, slope_with_bootstrap, stability_class, theory_slope
 
 
 def _frame(slope, noise, seeds=5, seed=0):
@@ -146,7 +146,7 @@ def test_report_draws_one_line_per_group():
 def test_three_seeds_give_a_range_and_say_so():
     """With fewer than five seeds the 'interval' is the range of the seeds' own slopes (three
     slopes' min and max, against numpy's fit to each seed alone), and is named a range."""
-    from icl.fits import interval_kind
+    from icl.analyse.fits import interval_kind
     df = _frame(-2.0, 0.3, seeds=3, seed=4)
     s, lo, hi, n, _ = slope_with_bootstrap(df, "t")
     own = [np.polyfit(np.log(g["L"]), np.log(g["t"]), 1)[0] for _, g in df.groupby("seed")]

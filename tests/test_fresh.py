@@ -1,4 +1,4 @@
-"""Fresh prompts made where the model trains (icl.streams, icl.fresh): the hash against a plain
+"""Fresh prompts made where the model trains (icl.train.streams, icl.train.fresh): the hash against a plain
 Python one, the drawn x, w, y against their closed forms at stated Monte Carlo tolerances, a run's
 prompts independent of the runs beside it, and the step loop free of host round trips."""
 import copy
@@ -10,10 +10,10 @@ import torch
 
 from icl.config import ConfigError, validate
 from icl.data import STREAM_FRESH, covariance, curriculum_stage, features, write_dataset
-from icl.fresh import FreshPrompts
-from icl.plan import plan
-from icl.streams import MASK, Stream, run_keys, triple32
-from icl.train import ShardTraining, train_shard
+from icl.train.fresh import FreshPrompts
+from icl.plan.shards import plan
+from icl.train.streams import MASK, Stream, run_keys, triple32
+from icl.train.loop import ShardTraining, train_shard
 from numerics import PINNED
 from test_train import resumed_after_kill
 
@@ -42,7 +42,7 @@ def test_the_cpus_numpy_hash_is_the_device_forms_bit_for_bit(monkeypatch):
     """On a CPU the hash runs in numpy's uint32 (`on_host`); on CUDA in int64 torch operations. The
     two must give the same integers, so the same prompts: every draw kind, seeds past 2^32, a
     stream past 2^32, counters near 2^31, and blocks (BLOCK) that cut rows and columns."""
-    import icl.streams as streams
+    import icl.train.streams as streams
     seeds = torch.tensor([0, 1, 7, 2**40 + 3, 2**62 + 11])
 
     def draws():
@@ -114,7 +114,7 @@ def test_every_seed_and_epoch_has_a_key_of_its_own():
 
 def test_a_draw_in_spans_equals_it_at_once(monkeypatch):
     """A draw is made CHUNK values at a time (its memory bounded); its numbers are the same."""
-    import icl.streams as streams
+    import icl.train.streams as streams
     st = Stream(torch.tensor([3, 5, 9]), 1000007)
     whole = [st.normal(1, (7, 9, 5)), st.uniform(2, (11, 3)), st.exponential(3, (13,))]
     monkeypatch.setattr(streams, "CHUNK", 7)                 # 2 values a run at a time, odd spans
@@ -167,7 +167,7 @@ def test_random_covariances_follow_the_per_prompt_law():
 
 
 def test_one_ensemble_of_mixed_covariance_kinds_draws_each_run_as_alone():
-    """Runs that differ only in their continuous tokens' kind train in one shard (icl.plan.shape_key):
+    """Runs that differ only in their continuous tokens' kind train in one shard (icl.plan.shards.shape_key):
     each run's prompts there are bit for bit those it draws in a shard of its own kind."""
     kinds = [{"kind": "gaussian", "d": 3, "covariance": {"eigenvalues": [3.0, 1.0, 0.25], "rotation_seed": 4}},
              {"kind": "random_covariance", "d": 3, "scale": 2.0}, {"kind": "gaussian", "d": 3},
@@ -333,7 +333,7 @@ def test_the_step_loop_never_waits_for_the_host(tmp_path, monkeypatch):
     and no tensor read as a Python bool or number (each of those waits for a GPU's queue). The
     stream's hash runs in its device form, as on CUDA (on a CPU it reads its tensors through numpy
     views, which copy nothing: `on_host`)."""
-    import icl.streams as streams
+    import icl.train.streams as streams
     monkeypatch.setattr(streams, "on_host", lambda x: False)
     recs, paths = _gpt(tmp_path)
     sh = ShardTraining(recs, paths, CPU)
@@ -445,7 +445,7 @@ PRECISIONS = [  # setting, device type, the kind has blocks to autocast -> what 
 
 @pytest.mark.parametrize("setting,device,blocks,expected", PRECISIONS)
 def test_the_precision_a_job_takes_on_its_device(setting, device, blocks, expected):
-    from icl.runtime import precision_on
+    from icl.jobs.runtime import precision_on
     assert precision_on(setting, device, blocks) == expected
 
 

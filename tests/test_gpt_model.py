@@ -12,7 +12,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from reference_models import GPTReference  # noqa: E402
 
-from icl import optim  # noqa: E402
+from icl.train import optim  # noqa: E402
 from icl.models import GPT, Batch  # noqa: E402
 
 CASES = [(1, 1, "learned"), (2, 2, "none"), (3, 4, "learned"), (2, 1, "none")]
@@ -192,7 +192,7 @@ def test_attention_diagnostics_per_layer_and_head():
 def _experiment(tmp_path, tokens, evaluate=None, **model):
     from icl.config import validate
     from icl.data import ensure_datasets
-    from icl.plan import plan
+    from icl.plan.shards import plan
     exp = {"tokens": tokens, "task": {"kind": "linear"} if tokens["kind"] != "discrete" else {"kind": "cosine", "L": 1.0, "c": 0.5},
            "prompts": {"N": 6, "train": 12, "test": 10},
            "models": [{"name": "g", "kind": "gpt", "optimizer": "adam", "lr": 3e-3, "width": 8, "layers": 2, "heads": 2,
@@ -206,8 +206,8 @@ def _experiment(tmp_path, tokens, evaluate=None, **model):
 
 
 def test_trains_and_writes_attention_by_layer_and_head(tmp_path):
-    from icl.tables import long_tables, runs_table, summary_table
-    from icl.train import train_shard
+    from icl.tables.build import long_tables, runs_table, summary_table
+    from icl.train.loop import train_shard
     runs, paths = _experiment(tmp_path, {"kind": "discrete", "d": 4, "K": 3, "delta": 2.0})
     sh = train_shard(runs, paths, str(tmp_path / "s.npz"))
     assert sh["attn"].shape == (2, 3, 2, 2, 3, 3) and np.isfinite(sh["train_loss"]).all()
@@ -226,8 +226,8 @@ def test_trains_and_writes_attention_by_layer_and_head(tmp_path):
 
 
 def test_evaluated_beyond_the_training_length(tmp_path):
-    from icl.evaluate import evaluate_trained
-    from icl.train import train_shard
+    from icl.evaluate.cells import evaluate_trained
+    from icl.train.loop import train_shard
     ev = {"lengths": [3, 6, 10], "prompts": 20, "shifts": [{"kind": "none"}, {"kind": "scale", "c": [2.0]}]}
     runs, paths = _experiment(tmp_path, {"kind": "gaussian", "d": 3}, ev, positional="none")
     train_shard(runs, paths, str(tmp_path / "s.npz"))
@@ -269,8 +269,8 @@ def test_the_query_loss_is_logged_beside_the_objective(tmp_path):
     the query of the final parameters, computed here with the plain module on the stored prompts;
     the objective (mean over positions) stays test_loss. With loss: query the two are one column."""
     from icl.data import read_dataset
-    from icl.tables import summary_table
-    from icl.train import train_shard
+    from icl.tables.build import summary_table
+    from icl.train.loop import train_shard
     runs, paths = _experiment(tmp_path, {"kind": "discrete", "d": 4, "K": 3, "delta": 2.0})
     sh = train_shard(runs, paths, str(tmp_path / "s.npz"))
     summ = summary_table(sh).set_index("run_id")

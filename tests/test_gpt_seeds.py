@@ -4,7 +4,7 @@ names the command."""
 from pathlib import Path
 
 from icl.config import load
-from icl.plan import plan
+from icl.plan.shards import plan
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / "config" / "gpt_seeds.yaml"

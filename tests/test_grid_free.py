@@ -1,6 +1,6 @@
 """What a verdict reads must not depend on how often the runs were logged: the same runs trained
 with log_every 1, 2, 4 and 8 give the same phase counts, crossing times, end of Phase I, logit
-paths and verdicts (the measurements read every epoch's trace, icl.logs.Trace). The runs span
+paths and verdicts (the measurements read every epoch's trace, icl.train.logs.Trace). The runs span
 a 400x range of speeds (L from 0.1 to 2 on the shape family), as real sweeps do."""
 import copy
 
@@ -8,16 +8,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from icl import claims
-from icl.claims import ldl as claims_ldl
+from icl.analyse import claims
+from icl.analyse.claims import ldl as claims_ldl
 from icl.config import validate
 from icl.data import ensure_datasets
-from icl.measures import summary_table
-from icl.plan import plan
-from icl.tables import runs_table
+from icl.tables.measures import summary_table
+from icl.plan.shards import plan
+from icl.tables.build import runs_table
 from icl.models import kinds
 from icl.theory.table import ldl_rows
-from icl.train import train_shard
+from icl.train.loop import train_shard
 
 SHAPE = {
     "tokens": {"kind": "discrete", "d": 8, "K": 4, "delta": 3.0},

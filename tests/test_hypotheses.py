@@ -1,4 +1,4 @@
-"""A theorem is charged only inside its hypotheses (icl.claims.ldl.hypotheses), rows a rule of the
+"""A theorem is charged only inside its hypotheses (icl.analyse.claims.ldl.hypotheses), rows a rule of the
 experiment makes equal are reported once (clock_once), and shares over runs that share a seed are
 counted over seeds (icl.stats.clustered_share_interval): each against numbers computed here by hand
 or by Monte Carlo, and each made to flip."""
@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from icl import stats
-from icl.claims import FAILS, HOLDS, NOT_TESTABLE, verdict
-from icl.claims import ldl as C
-from icl.claims.ldl.hypotheses import STATEMENTS, charge, hypotheses
+from icl.analyse.claims import FAILS, HOLDS, NOT_TESTABLE, verdict
+from icl.analyse.claims import ldl as C
+from icl.analyse.claims.ldl.hypotheses import STATEMENTS, charge, hypotheses
 from icl.theory import ldl
 
 from test_claims_ldl import EIGHT, logit_cols, runs, tables_for
@@ -187,7 +187,7 @@ def test_theorem_1_on_its_own_flow_inside_the_hypotheses(K, law, expect):
     """The balanced flow's β between 10⁻¹ and the finest threshold with ε = sqrt(x) ≥ 1/K: a flow whose
     T is log(K/ε) exactly reads β = Theorem 1's own (holds); a power-law flow reads β ≈ 1.7 (does not
     hold, against the theorem: this is its own dynamics); at K = 4 no finer accuracy is inside K ≥ 1/ε."""
-    from icl.claims.ldl.flow_domain import flow_beta, theorem_beta
+    from icl.analyse.claims.ldl.flow_domain import flow_beta, theorem_beta
     df, tc = _flow_runs(K, law)
     r = one(flow_beta(C.Setting("m", "", df, theory_curves=tc)))
     assert r["verdict"] == expect, r

@@ -1,13 +1,13 @@
-"""The rules every verdict obeys (icl.claims.judge), each shown to hold, fail and be inconclusive."""
+"""The rules every verdict obeys (icl.analyse.claims.judge), each shown to hold, fail and be inconclusive."""
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from icl import claims
-from icl.claims import FAILS, HOLDS, UNSURE
-from icl.claims.judge import Band, Choices, boot, by_setting, exclude, judge, robust, settings
+from icl.analyse import claims
+from icl.analyse.claims import FAILS, HOLDS, UNSURE
+from icl.analyse.claims.judge import Band, Choices, boot, by_setting, exclude, judge, robust, settings
 
 
 def test_a_wide_interval_that_merely_overlaps_is_inconclusive():
@@ -119,7 +119,7 @@ def test_clopper_pearson_against_the_beta_quantiles(k, n):
 
 
 def test_a_share_of_runs_gets_its_exact_interval():
-    from icl.claims.judge import share
+    from icl.analyse.claims.judge import share
     sh, lo, hi = share(np.array([True] * 6 + [False] * 3))
     assert sh == pytest.approx(2 / 3) and 0.29 < lo < 0.30 and 0.92 < hi < 0.93
     assert all(map(math.isnan, share([])))
@@ -129,7 +129,7 @@ def test_a_zero_width_interval_from_resampling_decides_nothing():
     """The issue's case: three runs that all count 3 phases bootstrap to [3, 3], which read
     'holds' (or, as a difference of identical counts, 'does not hold'); a resampled interval of
     zero width is no evidence of precision, so it reads inconclusive."""
-    from icl.claims.judge import boot_median
+    from icl.analyse.claims.judge import boot_median
     lo, hi = boot_median(np.array([3.0, 3.0, 3.0]))
     assert lo == hi == 3.0
     v, why = judge(lo, hi, Band(3.0, 3.0, 0.5))
@@ -143,7 +143,7 @@ def test_a_zero_width_interval_from_resampling_decides_nothing():
 
 
 def test_fewer_than_five_seeds_give_no_interval_over_seeds():
-    from icl.claims.judge import too_few_seeds
+    from icl.analyse.claims.judge import too_few_seeds
     assert too_few_seeds(3) == "3 seeds: an interval over seeds needs at least 5"
     assert too_few_seeds(1) == "1 seed: an interval over seeds needs at least 5"
     assert too_few_seeds(5) == "" and too_few_seeds(12) == ""
@@ -242,7 +242,7 @@ def test_a_slope_over_five_seeds_covers_its_true_value_95_percent_of_the_time():
     """Monte Carlo, 1,500 sweeps of 5 seeds × 4 values of L: log t = 1.5·log L + a seed's own
     offset and slope (sd 0.3 and 0.2, as seeds differ) + noise (sd 0.1). fits.slope_with_bootstrap's
     interval over seeds covers 1.5 in 95 % ± 2.5 % (four standard errors: 0.56 % each)."""
-    from icl.fits import slope_with_bootstrap
+    from icl.analyse.fits import slope_with_bootstrap
     rng = np.random.default_rng(5)
     Ls = np.array([0.5, 1.0, 2.0, 4.0])
     hits = []

@@ -1,5 +1,5 @@
-"""The package's layers point one way: file I/O (icl.io) and per-run measurements (icl.measures)
-below the claims (icl.claims), the claims below the analysis and the report; config and plan do
+"""The package's layers point one way: file I/O (icl.store.io) and per-run measurements (icl.tables.measures)
+below the claims (icl.analyse.claims), the claims below the analysis and the report; config and plan do
 not import each other (the sweep sits below both); the jobs (train, evaluate) do not import the
 planner; the tasks sit below the theory; provenance and runtime import nothing of the package;
 and no module imports itself back through another. Checked on the source, every import
@@ -47,9 +47,9 @@ def reach(name: str) -> set[str]:
 
 
 def test_ground_floor_imports_nothing_of_the_package():
-    """icl.provenance (every step stamps its tables with it) and icl.runtime (what the planner
+    """icl.jobs.provenance (every step stamps its tables with it) and icl.jobs.runtime (what the planner
     and its jobs share) import no icl module, not even the package itself."""
-    for name in ("icl.provenance", "icl.runtime", "icl.tasks"):
+    for name in ("icl.jobs.provenance", "icl.jobs.runtime", "icl.tasks"):
         tree = ast.parse(MODULES[name].read_text())
         found = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names if a.name.split(".")[0] == "icl"]
         found += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "icl"]
@@ -63,27 +63,27 @@ def test_no_import_cycle():
 
 def test_layers_point_one_way():
     above = lambda *prefixes: {m for m in MODULES if m.startswith(prefixes)}
-    claims, report = above("icl.claims"), above("icl.report")
+    claims, report = above("icl.analyse.claims"), above("icl.report")
     must_not = {
-        "icl.io": claims | report | {"icl.measures", "icl.tables", "icl.analyse", "icl.fits"},
-        "icl.measures": claims | report | {"icl.tables", "icl.analyse", "icl.fits"},
-        "icl.claims.ldl": report | {"icl.analyse", "icl.tables"},
-        "icl.claims.zfb": report | {"icl.analyse", "icl.tables"},
-        "icl.tables": claims | report | {"icl.analyse", "icl.fits"},
-        "icl.evaluate": claims | report | {"icl.measures", "icl.tables", "icl.analyse", "icl.plan", "icl.train"},
-        "icl.train": {"icl.plan"},              # the jobs share icl.runtime with the planner, never import it
-        "icl.fits": claims,                     # exclude is icl.fits' own, the claims take it from there
+        "icl.store.io": claims | report | {"icl.tables.measures", "icl.tables.build", "icl.analyse.verdicts", "icl.analyse.fits"},
+        "icl.tables.measures": claims | report | {"icl.tables.build", "icl.analyse.verdicts", "icl.analyse.fits"},
+        "icl.analyse.claims.ldl": report | {"icl.analyse.verdicts", "icl.tables.build"},
+        "icl.analyse.claims.zfb": report | {"icl.analyse.verdicts", "icl.tables.build"},
+        "icl.tables.build": claims | report | {"icl.analyse.verdicts", "icl.analyse.fits"},
+        "icl.evaluate.cells": claims | report | {"icl.tables.measures", "icl.tables.build", "icl.analyse.verdicts", "icl.plan.shards", "icl.train.loop"},
+        "icl.train.loop": {"icl.plan.shards"},              # the jobs share icl.jobs.runtime with the planner, never import it
+        "icl.analyse.fits": claims,                     # exclude is icl.analyse.fits' own, the claims take it from there
         "icl.tasks": {m for m in MODULES if m.startswith("icl.theory")},   # the theory reads the tasks
         "icl.theory.table": {m for m in MODULES if m.startswith("icl.models")},   # the models read the theory
-        "icl.notebook": report | {"icl.measures", "icl.tables", "icl.analyse", "icl.fits"},
-        "icl.report.page": {"icl.analyse", "icl.claims.ldl", "icl.measures", "icl.tables"},   # reads, draws
-        "icl.config": {"icl.plan"},
-        "icl.sweep": {"icl.config", "icl.plan"},
+        "icl.notebook": report | {"icl.tables.measures", "icl.tables.build", "icl.analyse.verdicts", "icl.analyse.fits"},
+        "icl.report.page": {"icl.analyse.verdicts", "icl.analyse.claims.ldl", "icl.tables.measures", "icl.tables.build"},   # reads, draws
+        "icl.config": {"icl.plan.shards"},
+        "icl.sweep": {"icl.config", "icl.plan.shards"},
     }
     for name, banned in must_not.items():
         assert not reach(name) & banned, (name, sorted(reach(name) & banned))
-    assert "icl.measures" in GRAPH["icl.tables"] and "icl.io" in GRAPH["icl.tables"]
-    assert {"icl.fits", "icl.claims.ldl", "icl.claims.zfb"} <= GRAPH["icl.analyse"]
+    assert "icl.tables.measures" in GRAPH["icl.tables.build"] and "icl.store.io" in GRAPH["icl.tables.build"]
+    assert {"icl.analyse.fits", "icl.analyse.claims.ldl", "icl.analyse.claims.zfb"} <= GRAPH["icl.analyse.verdicts"]
 
 
 def test_report_package_points_one_way():
@@ -132,7 +132,7 @@ def test_the_model_interface_is_apart_from_its_memory_and_attention_summaries():
 # A kind's name as a string outside icl/models/ only where it is data, never to branch on: a
 # claim, a theory table or a figure asks icl.models.kinds(trait) instead (icl/models/base.py).
 NAME_AS_DATA = {
-    ("claims/zfb/inputs.py", 'TRAINED_LSA = "lsa"'): "shift.parquet's predictor label of trained LSA rows",
+    ("analyse/claims/zfb/inputs.py", 'TRAINED_LSA = "lsa"'): "shift.parquet's predictor label of trained LSA rows",
 }
 
 
@@ -239,8 +239,8 @@ def test_planning_imports_no_torch():
     nor do the tables and the report. In a fresh interpreter, so nothing imported before counts."""
     import subprocess
     import sys
-    code = ("import sys, yaml; from icl.config import validate; from icl.plan import plan; "
-            "import icl.tables, icl.report.page, icl.analyse; "
+    code = ("import sys, yaml; from icl.config import validate; from icl.plan.shards import plan; "
+            "import icl.tables.build, icl.report.page, icl.analyse.verdicts; "
             "cfg = validate(yaml.safe_load(open('config.yaml'))); [plan(cfg, e) for e in cfg['experiments']]; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=PKG.parent, capture_output=True, text=True, check=True)

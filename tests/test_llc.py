@@ -1,4 +1,4 @@
-"""The LLC estimator (icl.llc) against what is known independently: a regular model's λ = d/2 and
+"""The LLC estimator (icl.train.llc) against what is known independently: a regular model's λ = d/2 and
 the exact stationary law of SGLD on a quadratic; a singular loss, (w₁w₂)², against its tempered
 posterior by quadrature (whose learning coefficient is ½); devinterp's SGLD and LLCEstimator
 transcribed step for step; the chain check on chains that fail it; the stages read off λ̂(t); the
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from icl import llc
-from icl.measures import llc_stages
+from icl.train import llc
+from icl.tables.measures import llc_stages
 from icl.settings import LLC
 from test_train import tiny_plan  # noqa: F401  (the fixture)
 
@@ -99,7 +99,7 @@ def test_devinterp_step_for_step():
     weights the step starts from, after the burn-in; λ̂ per chain nβ(mean − init_loss)), as written
     there for one torch.nn.Module, one chain at a time, fed the ξ and minibatches of the run's
     stream: every run's every chain equals the ensemble's to float64 rounding."""
-    from icl.streams import Stream
+    from icl.train.streams import Stream
     m, params, batch = tiny_lsa()
     R, C, n = 3, 2, 12
     s = LLC(points=1, chains=C, draws=30, burnin=10, epsilon=1e-3, gamma=50.0, nbeta=None, batch=5)
@@ -190,9 +190,9 @@ def test_a_training_job_measures_it_and_resumes_to_the_same(tiny_plan):
     ensemble equals itself trained alone; a job killed after a checkpoint resumes to the unbroken
     job's numbers; llc.parquet and the summary's stages from them."""
     from test_train import _members, resumed_after_kill
-    from icl.measures import summary_table
-    from icl.tables import llc_table
-    from icl.train import train_shard
+    from icl.tables.measures import summary_table
+    from icl.tables.build import llc_table
+    from icl.train.loop import train_shard
     recs, paths, tmp = tiny_plan
     members = copy.deepcopy(_members(recs, "softmax_q"))
     for r in members:
@@ -245,7 +245,7 @@ def test_the_report_draws_llc_and_counts_where_the_instruments_agree():
 def test_train_llc_is_typed_validated_and_cut_by_smoke():
     from conftest import TINY
     from icl.config import validate
-    from icl.errors import ConfigError
+    from icl.jobs.errors import ConfigError
     raw = copy.deepcopy(TINY)
     raw["experiments"]["tiny"]["train"]["llc"] = {"points": 5, "batch": 8}
     tr = validate(raw)["experiments"]["tiny"]["train"]
@@ -264,7 +264,7 @@ def test_the_memory_estimate_counts_the_chains():
     from conftest import TINY
     from icl.config import validate
     from icl.models import MODELS
-    from icl.plan import plan
+    from icl.plan.shards import plan
     raw = copy.deepcopy(TINY)
     spec = plan(validate(raw), "tiny")[0].spec
     kind = MODELS[spec["model"]["kind"]]

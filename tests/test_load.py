@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 import icl
-from icl.io import write_parquet
+from icl.store.io import write_parquet
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -69,7 +69,7 @@ def test_curves_one_metric_with_parameters(results):
 
 
 def test_verdicts_empty_or_read(results):
-    from icl import claims
+    from icl.analyse import claims
     v = icl.load(str(results)).verdicts
     assert list(v.columns) == ["experiment", "claim_id", "model", "group", "claim", "prediction", "measurement",
                                "value", "ci_lo", "ci_hi", "verdict", "reason", "domain", "fragile", "scope", "flow_value",

@@ -1,8 +1,8 @@
-"""The off-diagonal logits' rate per phase (icl.measures.phase_rates), against a plain loop over
+"""The off-diagonal logits' rate per phase (icl.tables.measures.phase_rates), against a plain loop over
 a synthetic logit path whose phases move at known rates, one off-diagonal logit oscillating."""
 import numpy as np
 
-from icl.measures import phase_rates
+from icl.tables.measures import phase_rates
 
 
 def synthetic(K=3, E=41):

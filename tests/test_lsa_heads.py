@@ -125,8 +125,8 @@ def test_separate_heads_train_toward_the_optimum(tmp_path):
     logged distance falls."""
     from icl.config import validate
     from icl.data import ensure_datasets
-    from icl.plan import plan
-    from icl.train import train_shard
+    from icl.plan.shards import plan
+    from icl.train.loop import train_shard
     cfg = validate({"experiments": {"z": {
         "tokens": {"kind": "gaussian", "d": 2, "covariance": [2.0, 0.5]}, "task": {"kind": "linear"},
         "prompts": {"N": 10, "train": 400, "test": 200},

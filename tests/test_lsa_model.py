@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from icl.data import make_dataset
-from icl.baselines import predict_all
-from icl.evaluate import _stats, cells, eval_prompts
-from icl.shifts import theory_cell
+from icl.evaluate.baselines import predict_all
+from icl.evaluate.cells import _stats, cells, eval_prompts
+from icl.evaluate.shifts import theory_cell
 from icl.models import LSA
 from icl.theory import lsa
 
@@ -58,9 +58,9 @@ def test_zfb_initialisation():
 def test_trained_lsa_approaches_gamma_inverse(tmp_path):
     """Adam on fresh prompts: the effective matrix ends within 15% of Γ⁻¹ (d=2, N=10)."""
     from icl.config import validate
-    from icl.plan import plan
+    from icl.plan.shards import plan
     from icl.data import write_dataset
-    from icl.train import train_shard
+    from icl.train.loop import train_shard
     cfg = validate({"experiments": {"z": {
         "tokens": {"kind": "gaussian", "d": 2, "covariance": [2.0, 0.5]}, "task": {"kind": "linear"},
         "prompts": {"N": 10, "train": 400, "test": 200},

@@ -1,7 +1,7 @@
 """The vectorized optimizers against torch.optim on each run separately."""
 import torch
 
-from icl.optim import GD, Adam
+from icl.train.optim import GD, Adam
 
 
 def _check(ours_cls, ref_cls, lrs, compiled=False, tol=1e-12):

@@ -4,7 +4,7 @@ exponential loss), the mean-field dynamics of Lemma 2, noise, and speeds over a 
 import numpy as np
 import pytest
 
-from icl.phases import MAX_PHASES, TOL, logit, phases
+from icl.tables.phases import MAX_PHASES, TOL, logit, phases
 from icl.theory import ldl
 
 
@@ -89,11 +89,11 @@ def test_a_diverged_trace_ends_at_the_first_non_finite_value():
 
 def test_on_the_mean_field_flow_the_counter_sees_two_phases_in_both_regimes():
     """benchmarks/phase_counter.py's mean-field rows: LDL's own population flow (Lemma 2,
-    balanced counts), counted as a run is (icl.measures.phase_counts, same window), at flat
+    balanced counts), counted as a run is (icl.tables.measures.phase_counts, same window), at flat
     L = 0.1, 0.2 and sharp L = 1.5, 2 of the default settings, for the cosine at c = 0.5 (lr 5) and
     the shape family with lr_rule: clock. The sharp flow shows two phases, not three: LDL's third
     phase is not in its own mean-field limit (the phase rows' flow column reads it per setting,
-    icl.claims.ldl.flow)."""
+    icl.analyse.claims.ldl.flow)."""
     import sys
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))

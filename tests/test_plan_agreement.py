@@ -10,7 +10,7 @@ import yaml
 
 from icl.cli import main as icl_main
 from icl.config import load, validate
-from icl.plan import experiment_json, plan
+from icl.plan.shards import experiment_json, plan
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = [REPO / "config.yaml", REPO / "config" / "paper.yaml"]

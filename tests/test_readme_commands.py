@@ -202,8 +202,8 @@ def test_target_of_an_unknown_experiment_is_named(checkout, target):
 def test_docs_verdict_table_is_what_the_claim_functions_say():
     """docs/claims.md's verdict table is `icl claims` (the first paragraph of each claim function's
     docstring), so the rule a reader sees is the rule the code runs."""
-    from icl.claims import CLAIMS
-    from icl.claims.readme import readme_table
+    from icl.analyse.claims import CLAIMS
+    from icl.analyse.claims.readme import readme_table
     text = (REPO / "docs" / "claims.md").read_text()
     block = text.split("<!-- verdict-table")[1].split("-->", 1)[1].split("<!-- /verdict-table -->")[0].strip()
     assert block == readme_table()

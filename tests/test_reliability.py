@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from icl.data import Dataset, read_dataset
-from icl.io import read_parquet
-from icl.tables import aggregate
+from icl.store.io import read_parquet
+from icl.tables.build import aggregate
 from numerics import PINNED
 
 REPO = Path(__file__).resolve().parent.parent
@@ -182,7 +182,7 @@ def test_truncated_prompts_are_named(reference, tmp_path):
 
 
 def test_tables_carry_provenance(reference):
-    from icl.io import read_provenance
+    from icl.store.io import read_provenance
     for t in TABLES:
         meta = read_provenance(str(reference / "results/long" / f"{t}.parquet"))
         assert {"icl_version", "code_version", "code_hash", "config_hash"} <= set(meta), t

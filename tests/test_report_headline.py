@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from icl import claims
+from icl.analyse import claims
 from icl.report import headline as hl, index as report_index, page as report, zfb as report_zfb
 
 
@@ -273,7 +273,7 @@ def test_the_header_names_the_training_loops_and_the_training_jobs_apart():
     """Issue 50: the header said training took 5.5 s, 'Where the time went' 11.5 s. Two quantities:
     the loops' own clocks and the jobs' (start-up, data and writing too), each named."""
     from icl.report.page import trained_line
-    from icl.timing import summary_line
+    from icl.jobs.timing import summary_line
     tim = pd.DataFrame({"experiment": "e", "step": ["train", "train", "report"], "seconds": [6.0, 5.5, 3.0]})
     line = trained_line(1, 2, 5.5, tim, ["cpu (x86, 1 thread, float32)"])
     assert line.startswith("1 run in 2 shards; their training loops took 5.5 s of the 11.5 s of training jobs")

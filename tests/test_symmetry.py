@@ -9,8 +9,8 @@ import pytest
 
 from icl.config import validate
 from icl.data import read_dataset, write_dataset
-from icl.plan import plan
-from icl.train import train_shard
+from icl.plan.shards import plan
+from icl.train.loop import train_shard
 from numerics import PINNED
 
 
@@ -71,7 +71,7 @@ def _runs(model_kind="softmax_q", task="cosine", cs=(0.5, 0.5), optimizer="gd"):
     ({"model_kind": "transformer_block"}, None),         # not linear in the labels
 ])
 def test_scale_identity_decides_only_where_it_holds(kwargs, decided):
-    from icl.claims.ldl import scale_identity
+    from icl.analyse.claims.ldl import scale_identity
     reason = scale_identity(_runs(**kwargs))
     assert (reason is None) == (decided is None)
     if decided:

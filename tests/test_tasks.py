@@ -9,9 +9,9 @@ import pytest
 from icl import tasks
 from icl.config import SCHEMA, load
 from icl.data import rng
-from icl.plan import plan
-from icl.claims.ldl import scale_identity
-from icl.tables import run_row
+from icl.plan.shards import plan
+from icl.analyse.claims.ldl import scale_identity
+from icl.tables.build import run_row
 from icl.theory import ldl
 
 REPO = Path(__file__).resolve().parent.parent
@@ -103,7 +103,7 @@ def test_ldl_shape_claims_are_for_the_data_to_decide():
 def test_a_setting_zipped_to_L_is_part_of_the_L_axis():
     """Slopes against L are fitted within each combination of the other swept settings; c tied to
     L (ldl_shape) moves with L and is not one of them, else every group would hold one L."""
-    from icl.fits import swept_columns
+    from icl.analyse.fits import swept_columns
     runs = pd.DataFrame({"model": "q", "L": [0.1, 0.1, 1.0, 1.0, 2.0, 2.0], "seed": [0, 1] * 3,
                          "c": [0.1, 0.1, 1.0, 1.0, 2.0, 2.0], "noise": [0.0, 0.5] * 3})
     assert swept_columns(runs, []) == ["noise"]

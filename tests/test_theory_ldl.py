@@ -180,10 +180,10 @@ def _mc_label_gap2(V, L, c, draws=200_000, seed=0):
 
 @pytest.mark.parametrize("delta,L", [(1.5, 0.2), (1.5, 3.0), (6.0, 0.2), (6.0, 3.0)])
 def test_clock_step_makes_the_clock_the_reference_clock(delta, L):
-    """lr_rule: clock (icl.plan.with_step): η·‖v‖⁴·E[(f(v_k) − f(v_k'))²] at the run equals the
+    """lr_rule: clock (icl.plan.shards.with_step): η·‖v‖⁴·E[(f(v_k) − f(v_k'))²] at the run equals the
     configured lr times the same product at the reference Δ = 3, L = c = 1; the gap recomputed by
     Monte Carlo of the task's draws, ‖v‖² = Δ²/2 for orthogonal features."""
-    from icl.plan import with_step
+    from icl.plan.shards import with_step
     tok = {"kind": "discrete", "d": 15, "K": 4, "delta": delta}
     spec = {"tokens": tok, "task": {"kind": "cosine", "L": L, "c": L}, "seed": 0,
             "model": {"name": "m", "kind": "softmax_q", "optimizer": "gd", "lr": 0.8, "lr_rule": "clock"}}
@@ -323,7 +323,7 @@ def _per_run_mean_field_rows(plan_runs, mean_field):
     (one flow per run, numpy): the reference the table is held equal to."""
     import pandas as pd
     from icl.data import feature_probs, features
-    from icl.runtime import log_epochs
+    from icl.jobs.runtime import log_epochs
     from icl.tasks import family
     from icl.theory.table import train_counts
     parts = []
@@ -353,7 +353,7 @@ def test_theory_curves_equal_the_per_run_code_on_a_small_config():
     code's, values to 1e-10."""
     from icl.config import validate
     from icl.models import kinds
-    from icl.plan import plan
+    from icl.plan.shards import plan
     from icl.theory.table import mean_field_rows
     raw = {"experiments": {"small": {
         "tokens": {"kind": "discrete", "d": 5, "K": 3, "delta": 3.0},

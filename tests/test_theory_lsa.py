@@ -390,11 +390,11 @@ def test_rotated_minimizer_is_full_gamma_inverse():
 @pytest.mark.parametrize("kind,c", [("none", None), ("scale", 2.0), ("query_only", 2.0),
                                     ("random_covariance", 1.5), ("random_covariance_indep_query", 1.0)])
 def test_rotated_shift_theory_monte_carlo(kind, c):
-    """icl.shifts.theory_cell at the optimum and at an arbitrary non-symmetric B,
+    """icl.evaluate.shifts.theory_cell at the optimum and at an arbitrary non-symmetric B,
     against the MSE and slope of x_qᵀ B m̂ on the evaluation prompts of that shift."""
     from icl.data import covariance
-    from icl.evaluate import _stats, eval_prompts
-    from icl.shifts import theory_cell
+    from icl.evaluate.cells import _stats, eval_prompts
+    from icl.evaluate.shifts import theory_cell
     M = 6
     spec = {"tokens": ROT, "task": {"kind": "linear"}, "prompts": {"N": 8}, "seed": 3,
             "evaluate": {"prompts": 200_000}}

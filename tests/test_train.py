@@ -7,9 +7,9 @@ import pytest
 
 from icl.config import validate
 from icl.data import write_dataset
-from icl.plan import plan
-from icl.measures import summary_table
-from icl.train import train_shard
+from icl.plan.shards import plan
+from icl.tables.measures import summary_table
+from icl.train.loop import train_shard
 
 
 @pytest.fixture
@@ -102,7 +102,7 @@ def test_divergence_is_contained(tiny_plan):
 def resumed_after_kill(runs, paths, out: str, at: int = 7) -> dict:
     """train_shard killed (KeyboardInterrupt) once `at` epochs are done, after the checkpoint a
     killed job leaves behind, then run again: what the rerun returns."""
-    import icl.train as T
+    import icl.train.loop as T
     orig = T.Progress.update
 
     def boom(self, done, *a, **k):
@@ -164,8 +164,8 @@ def test_checkpoint_holding_python_objects_is_refused(tiny_plan):
     with pytest.raises(RuntimeError, match=r"checkpoint .*p\.npz\.ckpt holds Python objects.*delete it to restart"):
         train_shard(members, paths, out)
     assert not marker.exists()
-    from icl.checkpoints import Checkpoint
-    from icl.train import ShardTraining
+    from icl.train.checkpoints import Checkpoint
+    from icl.train.loop import ShardTraining
     sh = ShardTraining(members, paths, torch.device("cpu"))
     ck = Checkpoint(str(tmp / "good.ckpt"), [r["run_id"] for r in members], "t")
     ck.save(sh.state(3, 1.5))

@@ -9,10 +9,10 @@ import torch
 
 from icl.config import ConfigError, validate
 from icl.data import curriculum_stage, write_dataset
-from icl.measures import escape_time, summary_table
-from icl.optim import Adam, GD, Schedule, clip_grads, lr_factor
-from icl.plan import plan
-from icl.train import train_shard
+from icl.tables.measures import escape_time, summary_table
+from icl.train.optim import Adam, GD, Schedule, clip_grads, lr_factor
+from icl.plan.shards import plan
+from icl.train.loop import train_shard
 
 LINEAR = {"experiments": {"lin": {
     "tokens": {"kind": "gaussian", "d": 4, "covariance": "identity"},

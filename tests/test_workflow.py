@@ -90,7 +90,7 @@ def test_tables_have_design_columns(finished):
 def test_long_tables_read_back_as_text_and_by_run(finished):
     """Written shard by shard with dictionary-encoded ids, they read back as plain strings (not
     categoricals); read_parquet(run_ids=...) gives the rows pandas' own filter gives."""
-    from icl.io import read_parquet
+    from icl.store.io import read_parquet
     res = finished / "results/tiny"
     for name, text in (("curves", ["run_id", "metric"]), ("attention", ["run_id"]), ("matrices", ["run_id", "name"])):
         df = pd.read_parquet(res / f"{name}.parquet")
@@ -164,7 +164,7 @@ def test_one_flat_sharp_split_everywhere(finished, tmp_path):
     1.6 makes every run flat, and every place must say so."""
     import json
     import shutil
-    from icl.claims import ldl as claims_ldl
+    from icl.analyse.claims import ldl as claims_ldl
     res_dir = tmp_path / "results" / "tiny"
     shutil.copytree(finished / "results/tiny", res_dir)
     plan = json.loads((res_dir / "plan.json").read_text())
@@ -243,7 +243,7 @@ def test_shape_group_of_several_shards_runs_to_the_report(tmp_path):
     order the plan job's sorted JSON would change): every shard trains, tables and report follow."""
     from conftest import TINY
     from icl.config import validate
-    from icl.plan import plan
+    from icl.plan.shards import plan
     cfg = yaml.safe_load(yaml.safe_dump(TINY))
     cfg["shard_size"] = 4
     exp = cfg["experiments"]["tiny"]
@@ -303,8 +303,8 @@ def test_notebook_entry_point(finished, tmp_path):
 def test_L_claims_of_softmax_q_read_not_testable(finished):
     """On the tiny sweep (softmax_q by GD, cosine at one c) the claims about L are decided by the
     scale identity: `not testable`, with the reason; the block's and a shape-changing task's are not."""
-    from icl import claims
-    from icl.claims import ldl as claims_ldl
+    from icl.analyse import claims
+    from icl.analyse.claims import ldl as claims_ldl
     tabs = {k: pd.read_parquet(finished / f"results/tiny/{k}.parquet")
             for k in ("runs", "summary", "theory", "curves", "theory_curves", "stability")}
     tabs["q_features"] = pd.read_parquet(finished / "results/tiny/matrices.parquet", filters=[("name", "==", "q_features")])
@@ -433,7 +433,7 @@ def test_a_planner_that_groups_runs_otherwise_rewrites_the_plan(tmp_path):
     assert len({r["shard"] for r in plan()}) == 1
     hook = tmp_path / "hook"
     hook.mkdir()
-    (hook / "sitecustomize.py").write_text("import icl.plan as p\n_key = p.shape_key\n"
+    (hook / "sitecustomize.py").write_text("import icl.plan.shards as p\n_key = p.shape_key\n"
                                            "p.shape_key = lambda spec: {**_key(spec), 'seed': spec['seed']}\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), *filter(None, [os.environ.get("PYTHONPATH")])])}
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), *args]

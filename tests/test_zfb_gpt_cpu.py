@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from icl.config import load
-from icl.plan import plan
+from icl.plan.shards import plan
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / "config" / "zfb_gpt_cpu.yaml"

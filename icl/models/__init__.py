@@ -29,7 +29,7 @@ def kinds(trait: str) -> set[str]:
 
 def build(spec: dict, tokens, device_type: str = "cpu", precision: str = "float32"):
     """The model of a run spec's `model` section, for its `tokens` section (or just d), computing
-    on `device_type` in `precision` (icl.runtime.pick_precision's answer; evaluation: float32)."""
+    on `device_type` in `precision` (icl.jobs.runtime.pick_precision's answer; evaluation: float32)."""
     model = MODELS[spec["kind"]](spec, tokens)
     model.place(device_type, precision)
     return model

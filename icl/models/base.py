@@ -170,7 +170,7 @@ class Model(Memory):
         self.precision, self.device_type = "float32", "cpu"
 
     def place(self, device_type: str, precision: str) -> None:
-        """Where the model computes and in what precision (icl.runtime.pick_precision's answer):
+        """Where the model computes and in what precision (icl.jobs.runtime.pick_precision's answer):
         what `autocast` reads. models.build sets it; a model built without them computes float32."""
         self.precision, self.device_type = precision, device_type
 
@@ -263,7 +263,7 @@ class Model(Memory):
         return token_attention_logs(seen, batch, self.K) if self.has_attention else {}
 
     def trace(self, params, batch: Batch, seen) -> dict:
-        """What icl.logs.Trace keeps of a step every epoch, beside the loss: the own attention
+        """What icl.train.logs.Trace keeps of a step every epoch, beside the loss: the own attention
         (discrete tokens), from what the step's forward saw, and nothing of the rest of the
         diagnostics (entropy, nearest-token mass, K x K maps: those are logged every log_every
         epochs). Equal to the logged attn_own (the same function of the same numbers)."""

@@ -13,7 +13,7 @@ TINY = 1e-30     # a prompt's summed attention weights below this are recomputed
 
 @dataclass(frozen=True)
 class SoftmaxQSettings:
-    """softmax_q's one setting of its own (the plan reads it: icl.plan.with_step)."""
+    """softmax_q's one setting of its own (the plan reads it: icl.plan.shards.with_step)."""
     lr_rule: str = "fixed"       # fixed: train at lr; clock: lr is the step at the reference setting
     # a filled-in default would enter every existing softmax_q run's id
     unfilled = ("lr_rule",)

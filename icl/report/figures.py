@@ -19,7 +19,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from icl.parallel import Forked  # noqa: E402
+from icl.jobs.parallel import Forked  # noqa: E402
 
 QUALITATIVE = sns.color_palette("colorblind")   # for unordered things (models, features, baselines)
 REFERENCE = dict(color="0.45", ls=(0, (4, 2, 1, 2)), lw=1.0)   # a reference level: what "nothing learned" reads

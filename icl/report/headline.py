@@ -5,7 +5,7 @@ not hold" in any setting, or one saying why no claim was decided; the index's li
 found; and the claims × settings grid of every per-setting verdict.
 
 Reads only the experiment's tables and what icl.report.page.render is given; the learning test is the
-claims' own (icl.claims.learned.below with the references the claims use), so a model the header
+claims' own (icl.analyse.claims.learned.below with the references the claims use), so a model the header
 calls "not learned" is one whose claims were gated on it."""
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
-from icl import claims
-from icl.claims.ldl.identities import regime_of
-from icl.claims.learned import LEARNED, below
+from icl.analyse import claims
+from icl.analyse.claims.ldl.identities import regime_of
+from icl.analyse.claims.learned import LEARNED, below
 
 SYMBOL = {claims.HOLDS: "✓", claims.FAILS: "✗", claims.UNSURE: "?", claims.NOT_TESTABLE: "–"}
 # a group's leading "key=value, key=value" is its setting; what follows a ";" is the claim's aspect
@@ -138,8 +138,8 @@ def _says(status: str, converged: int | None, n: int) -> str:
 
 
 def _at_length_N(tabs, ok: pd.DataFrame) -> pd.DataFrame | None:
-    """The claims' own per-run error and uniform attention's at M = N (icl.claims.zfb.at_length_N)."""
-    from icl.claims.zfb import at_length_N
+    """The claims' own per-run error and uniform attention's at M = N (icl.analyse.claims.zfb.at_length_N)."""
+    from icl.analyse.claims.zfb import at_length_N
     sh = tabs["shift"]
     trained = sh[sh["run_id"].isin(ok["run_id"])]
     if trained.empty:
@@ -263,7 +263,7 @@ def failing_claims(verdicts: pd.DataFrame) -> list[str]:
 
 def against_text(verdicts: pd.DataFrame) -> str:
     """Who the "does not hold" rows are against, where the theory's own dynamics were measured too
-    (icl.claims.ldl.flow): 'against: theorem in 18, against: dynamics in 1' (per-setting rows), or ''."""
+    (icl.analyse.claims.ldl.flow): 'against: theorem in 18, against: dynamics in 1' (per-setting rows), or ''."""
     rows = verdicts[(verdicts["scope"] != "run") if "scope" in verdicts else slice(None)]
     if "against" not in rows:
         return ""

@@ -10,9 +10,9 @@ import os
 
 import pandas as pd
 
-from icl import claims
-from icl.io import read_parquet
-from icl.provenance import code_version
+from icl.analyse import claims
+from icl.store.io import read_parquet
+from icl.jobs.provenance import code_version
 from icl.report import headline as report_headline
 from icl.report.html import TEMPLATES, write_text
 

@@ -1,5 +1,5 @@
 """The LDL figures of a report: the collapse on the theory's clock, slopes, stability and the
-phase diagram. The verdicts are icl.claims.ldl's."""
+phase diagram. The verdicts are icl.analyse.claims.ldl's."""
 from __future__ import annotations
 
 import matplotlib.colors as mcolors
@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from icl import fits
+from icl.analyse import fits
 from icl.report.figures import QUALITATIVE, Figure, later, legend_below, palette, png
 from icl.report.settings import distinct_settings, label_order, setting_label
-from icl.claims.ldl.identities import regime_of
+from icl.analyse.claims.ldl.identities import regime_of
 from icl.theory import ldl
 
 
@@ -291,7 +291,7 @@ NARROW = 0.2       # a colour scale whose top is within 20% of its bottom is sai
 
 
 def _clocked(df: pd.DataFrame) -> bool:
-    """Whether every run's step follows the collapse clock (lr_rule: clock, icl.plan.with_step): the
+    """Whether every run's step follows the collapse clock (lr_rule: clock, icl.plan.shards.with_step): the
     design then sets the crossing times alike, so they are not a finding."""
     return "lr_rule" in df and df["lr_rule"].astype(str).eq("clock").all()
 
@@ -338,7 +338,7 @@ def regimes_by_model_table(tabs) -> str:
 def phase_note(tabs, verdicts: pd.DataFrame | None = None) -> str:
     """What a count of phases can show here, read from the phase rows themselves: how many were
     decided, and how many read not testable because the counter's power on Props. 2-4's predicted
-    traces (icl.claims.ldl.phase_power, measured per setting) is below what a count needs; '' for runs
+    traces (icl.analyse.claims.ldl.phase_power, measured per setting) is below what a count needs; '' for runs
     without an own-feature logit or without phase rows."""
     df = tabs["runs"].merge(tabs["summary"], on="run_id")
     if "n_phases" not in df or df["n_phases"].isna().all() or verdicts is None or verdicts.empty:

@@ -1,6 +1,6 @@
 """One self-contained HTML report per experiment (figures as inline PNG, CSS inline), and an index.
 The report reads and draws only: the verdicts, slopes and stability it shows are the analyse
-step's tables (icl.analyse).
+step's tables (icl.analyse.verdicts).
 
 It composes the page: each model's section (its figures drawn by icl.report.curves, the analogues
 of LDL Fig. 1-3; the theory's by icl.report.ldl and icl.report.zfb), the headline, the verdict
@@ -16,19 +16,21 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from icl import claims, models, tasks
+from icl.analyse import claims
+
+from icl import models, tasks
 from icl.report import headline as report_headline, heads as report_heads
 from icl.report import ldl as report_ldl, llc as report_llc, zfb as report_zfb
 from icl.report.settings import distinct_settings, setting_label, swept_columns
 from icl.report.curves import (attention_maps_figure, attention_scores_figure, attention_summary_figure,
                                loss_figure)
 from icl.report.figures import Figure, draw_all, later, palette, report_layout, thumbnail
-from icl.files import atomic_path
-from icl.io import LONG_SCHEMAS, read_parquet
+from icl.store.files import atomic_path
+from icl.store.io import LONG_SCHEMAS, read_parquet
 from icl.report.html import TEMPLATES, write_text
 from icl.report.index import verdict_counts
-from icl.provenance import code_hash, code_version, package_versions
-from icl.timing import benchmark_table, summary_line
+from icl.jobs.provenance import code_hash, code_version, package_versions
+from icl.jobs.timing import benchmark_table, summary_line
 
 
 def split_L(runs: pd.DataFrame, theory: pd.DataFrame) -> tuple[list, list, float | None, str]:

@@ -1,5 +1,5 @@
 """The ZFB part of a report: test error against prompt length under shift, the learned effective
-matrix against Γ⁻¹, slopes against c². The verdicts are icl.claims.zfb's."""
+matrix against Γ⁻¹, slopes against c². The verdicts are icl.analyse.claims.zfb's."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,9 +8,9 @@ import matplotlib.pyplot as plt
 import seaborn as sns
 
 from icl import models
-from icl.claims import count
+from icl.analyse.claims import count
 from icl.report.figures import QUALITATIVE, REFERENCE, Figure, legend_below, palette, png
-from icl.claims.zfb import BEYOND_LINEAR, TRAINED_LSA, healthy_shift
+from icl.analyse.claims.zfb import BEYOND_LINEAR, TRAINED_LSA, healthy_shift
 
 MARKERS = "oxs^Dv"      # one per model drawn beside the LSA, so coinciding curves stay apart
 
@@ -249,7 +249,7 @@ def slope_figure(shift: pd.DataFrame) -> Figure | None:
 
 
 def _lsa_rows(tabs) -> pd.DataFrame:
-    """shift rows of healthy runs, trained LSA rows labelled 'lsa' (icl.claims.zfb.healthy_shift)."""
+    """shift rows of healthy runs, trained LSA rows labelled 'lsa' (icl.analyse.claims.zfb.healthy_shift)."""
     return healthy_shift(tabs)
 
 

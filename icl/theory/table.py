@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from icl.data import covariance, feature_probs, features
-from icl.runtime import log_epochs
+from icl.jobs.runtime import log_epochs
 from icl.settings import Tokens
 from icl.tasks import family
 from icl.theory import ldl, lsa
@@ -94,7 +94,7 @@ def eq4_ratio(spec: dict) -> float:
     """Eq. 4 measured (icl.theory.ldl.eq4_ratio): the label gap sqrt(E[(f(v_k) − f(v_k'))²]) per
     unit LΔ at the run's features, against its small-LΔ value (the same task at EQ4_SHRINK times
     the separation); NaN where the task family has no label covariance. Below
-    icl.theory.ldl.EQ4_MIN the run is outside the theorems' label-gap assumption (icl.claims.ldl)."""
+    icl.theory.ldl.EQ4_MIN the run is outside the theorems' label-gap assumption (icl.analyse.claims.ldl)."""
     tok, task = spec["tokens"], spec["task"]
     V = features(tok, spec["seed"]).astype(float)
     C = label_cov(task, V)
@@ -270,7 +270,7 @@ def read_flows(path: str) -> dict:
 
 def write_flows(path: str, curves: dict) -> None:
     """The flows' curves, concatenated (one file, whatever the number of flows)."""
-    from icl.files import atomic_path
+    from icl.store.files import atomic_path
     lengths = [len(loss) for loss, _ in curves.values()]
     with atomic_path(path) as tmp:
         np.savez(tmp, names=np.array(list(curves), dtype=str), ends=np.cumsum(lengths, dtype=np.int64),

@@ -70,7 +70,7 @@ def test_training_uses_the_gpu_slurm_gives_it():
     """SLURM hands a job its GPUs through CUDA_VISIBLE_DEVICES; a CPU node sets none visible.
     `device: auto` must follow that: CPU when no GPU is visible, CUDA when one is."""
     import os
-    code = "from icl.runtime import pick_device; print(pick_device('auto').type)"
+    code = "from icl.jobs.runtime import pick_device; print(pick_device('auto').type)"
 
     def device(visible):
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=visible)

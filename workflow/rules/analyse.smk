@@ -1,4 +1,4 @@
-# Slopes, stability and every claim's verdict, from the tables alone (icl.analyse); the report
+# Slopes, stability and every claim's verdict, from the tables alone (icl.analyse.verdicts); the report
 # only reads and draws them. `icl analyse results/<experiment>` does the same by hand.
 rule analyse:
     input:

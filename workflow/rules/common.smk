@@ -12,7 +12,7 @@ wildcard_constraints:
 def code_trigger():
     """Opt-in (rerun_on_code_change): a param that changes with the icl source, so Snakemake's
     params trigger reruns the jobs whose code changed."""
-    from icl.provenance import code_hash
+    from icl.jobs.provenance import code_hash
     return code_hash() if CFG["rerun_on_code_change"] else "off"
 
 
@@ -25,7 +25,7 @@ def stamp_value(exp, what):
 
 def experiment_spec(exp):
     """The validated config of one experiment plus the global settings, quoted for a shell."""
-    from icl.plan import experiment_json
+    from icl.plan.shards import experiment_json
     return shlex.quote(experiment_json(CFG, exp))
 
 
@@ -33,7 +33,7 @@ def shard_assignment(exp):
     """A hash of which runs train in which shard, as this workflow plans them: where an upgrade of
     icl plans them otherwise (its shards group other runs), the plan rule's params change and
     plan.json is rewritten; without it the train jobs would ask for shards the old plan lacks."""
-    from icl.runtime import stable_hash
+    from icl.jobs.runtime import stable_hash
     return stable_hash(sorted((r.run_id, r.shard) for r in PLANS[exp]))
 
 
@@ -42,17 +42,17 @@ def shard_names(exp):
 
 
 def train_threads(exp):
-    from icl.plan import train_threads
+    from icl.plan.shards import train_threads
     return train_threads(len(shard_names(exp)))
 
 
 def shard_mem_mb(exp, shard):
-    from icl.plan import shard_mem_mb
+    from icl.plan.shards import shard_mem_mb
     return shard_mem_mb([r for r in PLANS[exp] if r.shard == shard])
 
 
 def eval_mem_mb(exp, shard):
-    from icl.plan import JOB_BASE_MB, eval_bytes
+    from icl.plan.shards import JOB_BASE_MB, eval_bytes
     spec = next(r.spec for r in PLANS[exp] if r.shard == shard)
     n = sum(r.shard == shard for r in PLANS[exp])
     # evaluation works through the shard in chunks that fit memory_budget_mb, at least one run each

@@ -1,0 +1,211 @@
+"""Phase claims: two phases flat, three sharp, and the transition at L*."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from icl import stats
+from icl.analyse.claims import FAILS, NOT_TESTABLE, UNSURE, fmt
+from icl.analyse.claims.judge import Band, Choices, DEFAULT, join, judge, share, too_few_seeds
+from icl.analyse.claims.ldl.identities import regimes, resolved, scale_identity, steps
+from icl.analyse.claims.ldl.phase_power import POWER, Power, pct, power, text
+from icl.analyse.claims.ldl.setting import CONVERGED, RESOLUTION, SHARE_BAND, Setting, converged
+from icl.analyse.claims.ldl.stability import _boundary_slopes, _seed_counts, _seed_cube
+
+
+def phase_runs(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The runs whose window can show their phases, and a sentence counting the others: those
+    whose own attention reached Phase I's end, 1/(1+δ), within RESOLUTION steps (Phase I shorter
+    than the steps resolve), those that never converged (their later phases never came) and
+    those whose trace follows no sequence of phases (irregular)."""
+    t1 = df["t_phase_one"].astype(float) if "t_phase_one" in df else pd.Series(np.nan, index=df.index)
+    fast = (t1 * steps(df) < RESOLUTION).fillna(False) if t1.notna().any() else ~resolved(df)
+    short = ~fast & ~converged(df)
+    irregular = ~fast & ~short & df["n_phases"].isna()
+    keep = df[~(fast | short | irregular)]
+    parts = [f"{int(m.sum())} {w}" for m, w in ((fast, f"ended Phase I within {RESOLUTION} steps"),
+                                               (short, f"never reached {CONVERGED:g} of the uniform-attention loss"),
+                                               (irregular, "irregular")) if m.any()]
+    return keep, ("runs left out of the count: " + ", ".join(parts)) if parts else ""
+
+
+def _weak(powers: dict[str, Power]) -> str:
+    """Why a count of phases cannot decide on these runs (`powers`: each regime the row reads and
+    the counter's power on its runs' predicted traces, below POWER), or ''."""
+    low = {rg: pw for rg, pw in powers.items() if not (np.isfinite(getattr(pw, rg)) and getattr(pw, rg) >= POWER)}
+    if not low:
+        return ""
+    parts = [text(pw, rg) if pw.n else f"no {rg} run has a predicted trace to measure the counter's power on "
+             f"({pw.note or 'no run'})" for rg, pw in low.items()]
+    return "; ".join(parts) + f": below the {POWER:.0%} a count needs to decide, so a count of phases cannot test this here"
+
+
+def _eps(df: pd.DataFrame) -> float:
+    """The accuracy a phase row is read at: 1/K, the edge of the theorems' K ≥ 1/ε (phase_power)."""
+    return 1.0 / float(df["K"].iloc[0]) if "K" in df and len(df) and np.isfinite(float(df["K"].iloc[0])) else math.nan
+
+
+def phases_claim(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
+    """Two phases in the flat regime, three in the sharp (Props. 2-4): per regime the share of
+    runs whose own logit shows the predicted number of phases (icl.tables.phases: the fewest stretches
+    that each follow one law of growth, counted on every epoch), with its exact binomial
+    (Clopper–Pearson) interval over the seeds, against [½, 1]: it holds when the predicted count is
+    what most runs show, and does not hold when most runs show another. Decided only where the
+    counter's power, measured on the traces Props. 2-4 predict for these runs (phase_power), is at
+    least 80%; below it the row reads not testable and gives the power. Where the experiment
+    measures the LLC (`train.llc`), each regime has a second row, `<regime>, by the LLC`: the share
+    of its runs whose λ̂ shows the predicted number of stages (summary's `llc_stages`: Hoogland et
+    al.'s critical points of λ̂ against log t), with the same interval and band; it holds inside
+    the band and reads inconclusive outside it (no theorem makes λ̂'s stages LDL's phases, so
+    another count questions reading one as the other, not Props. 2-4). Both rows say in how many
+    runs the two instruments give the same count."""
+    cid = "ldl.phases"
+    df = s.runs
+    if (why := scale_identity(df)):
+        return [s.row(cid, NOT_TESTABLE, prediction="flat: 2, sharp: 3", measurement="—",
+                      reason=why + " (every L traces one curve, so no L can show other phases)")]
+    if df["L_star"].isna().all() or "n_phases" not in df or df["attn_own_final"].isna().all():
+        return [s.row(cid, NOT_TESTABLE, prediction="flat: 2, sharp: 3", measurement="no own attention traced",
+                      reason="phases are counted on the own-feature logit, which continuous tokens do not have")]
+    keep, note = phase_runs(df)
+    reg = regimes(keep, choices.lstar)
+    rows = []
+    for rg, want in (("flat", 2), ("sharp", 3)):
+        here = keep[reg == rg]
+        n = here["n_phases"].astype(float).to_numpy()
+        band = SHARE_BAND
+        pred = f"{rg}: {want} phases in a share of runs {band.text(choices.band)}"
+        if not len(n):
+            rows.append(s.row(cid, UNSURE, eps=_eps(df), group=rg, prediction=pred, measurement=note or "—",
+                              reason=f"no {rg} run whose window can show its phases"))
+            continue
+        pw = power(here)
+        sh, lo, hi = share(n == want, here["seed"].to_numpy())      # the seed is the unit of independence
+        v, why = judge(lo, hi, band, choices, f"the {want}-phase share")
+        if (weak := _weak({rg: pw})):
+            v, why = NOT_TESTABLE, weak
+        counts = ", ".join(f"{int(k)}: {c}" for k, c in sorted(pd.Series(n).value_counts().items()))
+        llc = llc_stage_rows(s, here, rg, want, pred, choices, n)
+        if llc:                      # the second instrument's agreement, on the counter's row too
+            why = join(why, "by the LLC: " + llc[0]["reason"].rsplit("; ", 1)[-1])
+        rows.append(s.row(cid, v, eps=_eps(df), group=rg, prediction=pred, value=sh, ci_lo=lo, ci_hi=hi, reason=why,
+                          measurement=join(f"{int((n == want).sum())} of {len(n)} runs ({here['seed'].nunique()} "
+                                           f"seeds) show {want} phases ({sh:.0%}, 95% interval [{fmt(lo)}, {fmt(hi)}] "
+                                           f"over the seeds; phases: runs {counts}); the counter's power "
+                                           f"{pct(getattr(pw, rg))} on Props. 2-4's predicted traces", note)))
+        rows += llc
+    return rows
+
+
+def llc_stage_rows(s: Setting, here: pd.DataFrame, rg: str, want: int, pred: str, choices: Choices,
+                   counted: np.ndarray) -> list[dict]:
+    """The same prediction read with a second instrument, the LLC's stages (train.llc; icl.tables.measures.
+    llc_stages: critical points of λ̂ against log t, Hoogland et al.): the share of the regime's runs
+    whose λ̂ shows `want` stages, with its interval over the seeds against the same band (a share
+    outside it reads inconclusive, not "does not hold": no theorem makes λ̂'s stages LDL's phases),
+    and where the two instruments agree run by run (`counted`: the counter's phases of the same
+    runs; the reason's last clause, which the counter's row repeats). None where no run measured
+    the LLC."""
+    if "llc_stages" not in here or here["llc_stages"].isna().all():
+        return []
+    has = here["llc_stages"].notna().to_numpy()
+    k = here["llc_stages"].astype(float).to_numpy()[has]
+    sh, lo, hi = share(k == want, here["seed"].to_numpy()[has])
+    v, why = judge(lo, hi, SHARE_BAND, choices, f"the {want}-stage share")
+    if v == FAILS:       # Props. 2-4 count phases of the own logit; no theorem ties them to λ̂'s stages
+        v, why = UNSURE, (f"{why}; the LLC's stages are not LDL's phases by any theorem, so a count other than "
+                          f"{want} questions reading one as the other, not Props. 2-4")
+    same = int((k == counted[has]).sum())
+    counts = ", ".join(f"{int(c)}: {m}" for c, m in sorted(pd.Series(k).value_counts().items()))
+    agree = (f"the two instruments agree on {same} of {len(k)} runs" + (
+        "" if same == len(k) else f" (the phase counter finds {want} phases in {int((counted[has] == want).sum())}, "
+                                 f"the LLC {want} stages in {int((k == want).sum())})"))
+    missing = int((~has).sum())
+    return [s.row("ldl.phases", v, eps=_eps(s.runs), group=f"{rg}, by the LLC", prediction=pred.replace("phases", "stages"),
+                  value=sh, ci_lo=lo, ci_hi=hi, reason=join(why, agree),
+                  measurement=join(f"{int((k == want).sum())} of {len(k)} runs ({here['seed'][has].nunique()} seeds) show "
+                                   f"{want} LLC stages ({sh:.0%}, 95% interval [{fmt(lo)}, {fmt(hi)}] over the seeds; "
+                                   f"stages: runs {counts}): critical points of λ̂ against log t", agree,
+                                   f"{missing} runs without three usable λ̂" if missing else ""))]
+
+
+def transition_at_Lstar(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
+    """One phase more above L* than below (3 − 2): flat and sharp runs are paired (each sorted by
+    seed and L, the i-th flat run with the i-th sharp one, so no run is used twice) and the share
+    of pairs whose sharp run counts exactly one phase more, with its exact binomial
+    (Clopper–Pearson) interval over the flat runs' seeds, is judged against [½, 1], where the
+    counter's measured power is at least 80% in both regimes (else not testable). Where Δ or N is
+    swept, the rows `boundary against Δ / N` (phase_boundary) fit where the count crosses 2.5."""
+    cid = "ldl.transition_at_Lstar"
+    band = SHARE_BAND
+    pred = f"sharp run one phase more than flat (3 − 2) in a share of flat/sharp run pairs {band.text(choices.band)}"
+    df = s.runs
+    if (why := scale_identity(df)):
+        return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement="—", reason=why + " (no L can differ from another)")]
+    if "n_phases" not in df or df["L_star"].isna().all():
+        return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement="—", reason="the runs have no L* (continuous tokens)")]
+    if not ((regimes(df, choices.lstar) == "flat").any() and (regimes(df, choices.lstar) == "sharp").any()):
+        return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement="—", reason="the sweep does not cross L*")]
+    keep, note = phase_runs(df)
+    reg = regimes(keep, choices.lstar)
+    srt = lambda d: d.sort_values(["seed", "L"])      # noqa: E731
+    fr, sr = srt(keep[reg == "flat"]), srt(keep[reg == "sharp"])
+    f, sh = fr["n_phases"].astype(float).to_numpy(), sr["n_phases"].astype(float).to_numpy()
+    if not (len(f) and len(sh)):
+        return [s.row(cid, UNSURE, eps=_eps(df), prediction=pred, measurement=note or "—",
+                      reason="one regime has no run whose window can show its phases")]
+    m = min(len(f), len(sh))
+    one_more = sh[:m] - f[:m] == 1
+    frac, lo, hi = share(one_more, fr["seed"].to_numpy()[:m])     # a pair is as independent as its seed
+    v, why = judge(lo, hi, band, choices, "the one-phase-apart share")
+    if (weak := _weak({"flat": power(fr), "sharp": power(sr)})):
+        v, why = NOT_TESTABLE, weak
+    return [s.row(cid, v, eps=_eps(df), prediction=pred, value=frac, ci_lo=lo, ci_hi=hi, reason=why,
+                  measurement=join(f"{int(one_more.sum())} of {m} flat/sharp run pairs one phase apart ({frac:.0%}, "
+                                   f"95% interval [{fmt(lo)}, {fmt(hi)}] over the seeds); mean phases {f.mean():.2f} "
+                                   f"below L* ({len(f)} runs), {sh.mean():.2f} above ({len(sh)})", note))]
+
+
+def phase_boundary(s: Setting, axis: str, choices: Choices = DEFAULT) -> list[dict]:
+    """Where Δ or N is swept (a setting of its own): the L at which the mean phase count first
+    reaches 2.5 (geometric mean of the L either side), per value, and the slope of log boundary
+    on log Δ (−1) or log N (+½), as L* = 1/(Δδ) with δ = sqrt(20K/N) says; bootstrapped over
+    seeds (at least 5), within ±0.5."""
+    cid = "ldl.transition_at_Lstar"
+    want = {"delta": -1.0, "N": 0.5}[axis]
+    name = {"delta": "Δ", "N": "N"}[axis]
+    band = Band(want, want, 0.5)
+    pred = f"phase boundary ∝ L* = 1/(Δδ): slope {want:+g} on log {name}, {band.text(choices.band)}"
+    df = s.runs
+    group = f"boundary against {name}"
+    if df.empty and s.left_out:
+        return [s.row(cid, NOT_TESTABLE, group=group, prediction=pred, measurement="no run to judge",
+                      reason=f"every run of this setting was left out ({s.left_out})")]
+    if df[axis].nunique() < 2:
+        return []
+    if (why := scale_identity(df)):
+        return [s.row(cid, NOT_TESTABLE, group=group, prediction=pred, measurement="—", reason=why)]
+    keep, note = phase_runs(df)
+    reg = regimes(keep, choices.lstar)
+    if (weak := _weak({"flat": power(keep[reg == "flat"]), "sharp": power(keep[reg == "sharp"])})):
+        return [s.row(cid, NOT_TESTABLE, eps=_eps(df), group=group, prediction=pred, measurement=note or "—", reason=weak)]
+    if not keep["n_phases"].notna().any():
+        return [s.row(cid, UNSURE, eps=_eps(df), group=group, prediction=pred, measurement=note or "no phase count",
+                      reason="no run of this setting has a phase count (see the measurement)")]
+    vals, Ds, Ls = _seed_cube(keep, axis, "n_phases")
+    one = np.ones((1, vals.shape[-1]))
+    sl, bounds = _boundary_slopes(vals, Ds, Ls, one)
+    sl, bounds = float(sl[0]), {D: b for D, b in zip(Ds, bounds[0]) if np.isfinite(b)}
+    if not np.isfinite(sl):
+        return [s.row(cid, UNSURE, eps=_eps(df), group=group, prediction=pred,
+                      measurement=join(f"a boundary inside the L grid at {len(bounds)} value(s) of {name}", note),
+                      reason=f"the phase count crosses 2.5 inside the L grid at fewer than two values of {name}")]
+    lo, hi = stats.percentile_interval(_boundary_slopes(vals, Ds, Ls, _seed_counts(vals.shape[-1]))[0], vals.shape[-1])
+    meas = join(f"boundary L by {name}: " + ", ".join(f"{D:g}: {bounds[D]:.3g}" for D in sorted(bounds))
+                + f"; slope {sl:.2f} [{fmt(lo)}, {fmt(hi)}] over {vals.shape[-1]} seeds", note)
+    if (few := too_few_seeds(vals.shape[-1])):
+        return [s.row(cid, UNSURE, eps=_eps(df), group=group, prediction=pred, value=sl, reason=few, measurement=meas)]
+    v, why = judge(lo, hi, band, choices, "the slope")
+    return [s.row(cid, v, eps=_eps(df), group=group, prediction=pred, value=sl, ci_lo=lo, ci_hi=hi, reason=why, measurement=meas)]

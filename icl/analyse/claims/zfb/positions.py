@@ -1,0 +1,117 @@
+"""The GPT's learned positions: the error spike at M > N, and against the prompts' variance."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from icl.analyse.claims import FAILS, NOT_TESTABLE, fmt
+from icl.analyse.claims.judge import Band, Choices, DEFAULT, judge
+from icl.analyse.claims.zfb.inputs import WITH_POSITIONS, _z
+from icl.analyse.claims.zfb.setting import Setting, _agg, _ratio_ci
+
+
+def _spike(c: pd.DataFrame, N: int):
+    """MSE(M*)/MSE(N) with M* the longest test length in (N, 2N] (else the shortest beyond N): the
+    ratio of means over runs, its log standard error, and M*; None where a length is missing."""
+    beyond = sorted(m for m in c["M"].unique() if m > N)
+    if not beyond or not (c["M"] == N).any():
+        return None
+    within = [m for m in beyond if m <= 2 * N]
+    Ms = within[-1] if within else beyond[0]
+    a, b = _agg(c[c["M"] == Ms], ["mse"], by=("M",)), _agg(c[c["M"] == N], ["mse"], by=("M",))
+    r, _, _, sl = _ratio_ci(a["mse"], a["mse_se"], b["mse"], b["mse_se"])
+    return float(r[0]), float(sl[0]), int(Ms)
+
+
+def length_spike(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
+    """GPT with learned positions, in distribution: the error at the longest test length M* in
+    (N, 2N] above its value at M = N (ratio of means over runs > 1); and that spike larger than
+    with positional: none on the same training data (ratio of the two spikes > 1, paired by N,
+    seed and training law). 95% intervals by the delta method on the test prompts' standard errors."""
+    cid = "zfb.length_spike"
+    pred = "error at M > N above its value at M = N with learned positions (random beyond N), not (or less) without"
+    pos = s.positional()
+    if pos != "learned":
+        why = "runs.parquet has no positional setting for this model" if not pos else \
+            f"positional: {pos} — the spike is judged on the learned-positions model, against this one"
+        return [s.row(cid, NOT_TESTABLE, prediction=pred, reason=why)]
+    c = s.cells[s.cells["shift"] == "none"]
+    N = int(s.runs["N"].iloc[0])
+    sp = _spike(c, N)
+    if sp is None:
+        return [s.row(cid, NOT_TESTABLE, prediction=pred, reason="no in-distribution test at M = N and at some M > N")]
+    r, sl, Ms = sp
+    z = _z()
+    band = Band(1.0, math.inf, source="the order the claim states")
+    lo, hi = r * math.exp(-z * sl), r * math.exp(z * sl)
+    st = s.over_seeds(cid, "learned positions", r, lo, hi, ratio=True)
+    v, why = judge(st.lo, st.hi, band, choices, "MSE(M*)/MSE(N)", no_interval=st.few)
+    rows = [s.row(cid, v, group="learned positions", prediction=f"MSE({Ms})/MSE({N}) > 1", value=st.value, ci_lo=st.lo,
+                  ci_hi=st.hi,
+                  reason=why + (": no spike past the training length" if v == FAILS else ""),
+                  measurement=(f"MSE(M={Ms})/MSE(N={N}) {fmt(r)} [{fmt(lo)}, {fmt(hi)}] (means over "
+                               f"{c['run_id'].nunique()} runs; 95% interval: delta method on the test prompts' standard errors)"
+                               + st.text))]
+    other = s.pool[(s.pool["model_kind"].isin(WITH_POSITIONS)) & (s.pool.get("positional", pd.Series(index=s.pool.index)) == "none")
+                   & (s.pool["shift"] == "none") & s.pool["data_id"].isin(c["data_id"])]
+    group = "learned vs no positions"
+    pred2 = f"MSE({Ms})/MSE({N}) larger with learned positions than with positional: none"
+    if other.empty:
+        rows.append(s.row(cid, NOT_TESTABLE, group=group, prediction=pred2,
+                          reason="no GPT with positional: none trained on the same data"))
+        return rows
+    mine = c[c["data_id"].isin(other["data_id"])]
+    sp_l, sp_n = _spike(mine, N), _spike(other, N)
+    if sp_l is None or sp_n is None or sp_n[2] != Ms:
+        rows.append(s.row(cid, NOT_TESTABLE, group=group, prediction=pred2,
+                          reason="the GPT without positions lacks the test lengths M = N or M*"))
+        return rows
+    q, sq = sp_l[0] / sp_n[0], math.hypot(sp_l[1], sp_n[1])
+    lo, hi = q * math.exp(-z * sq), q * math.exp(z * sq)
+    st = s.over_seeds(cid, group, q, lo, hi, ratio=True)
+    v, why = judge(st.lo, st.hi, band, choices, "the ratio of the two spikes", no_interval=st.few)
+    rows.append(s.row(cid, v, group=group, prediction=pred2, value=st.value, ci_lo=st.lo, ci_hi=st.hi,
+                      reason=why + (": removing the positions does not shrink the spike" if v == FAILS else ""),
+                      measurement=(f"spike with learned positions {fmt(sp_l[0])}, without {fmt(sp_n[0])} "
+                                   f"(model {', '.join(sorted(other['model'].unique()))}); ratio {fmt(q)} [{fmt(lo)}, {fmt(hi)}] "
+                                   f"over {mine['data_id'].nunique()} shared training sets; 95% interval: delta method "
+                                   "on the test prompts' standard errors" + st.text)))
+    return rows
+
+
+def spike_vs_variance(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
+    """GPT with learned positions, under each shift with a test variance c (random_covariance, scale):
+    the spike MSE(M*)/MSE(N) at c > 1 smaller than at c = 1 (M* the longest test length in
+    (N, 2N]); the ratio of the two spikes against [0, 1], 95% interval by the delta method on the
+    test prompts' standard errors."""
+    cid = "zfb.spike_vs_variance"
+    pred = "the spike at M > N smaller on prompts with higher variance (c = 4, 9 vs 1)"
+    if s.positional() != "learned":
+        return [s.row(cid, NOT_TESTABLE, prediction=pred,
+                      reason="the spike is a learned-positions effect (zfb.length_spike): judged on that model")]
+    N = int(s.runs["N"].iloc[0])
+    rows = []
+    band = Band(-math.inf, 1.0, floor=0.0, source="the order the claim states")
+    for kind in ("random_covariance", "scale"):
+        c = s.cells[s.cells["shift"] == kind]
+        base = _spike(c[c["c"] == 1.0], N)
+        for cv in sorted(x for x in c["c"].dropna().unique() if x > 1):
+            sp = _spike(c[c["c"] == cv], N)
+            if base is None or sp is None or sp[2] != base[2]:
+                continue
+            q, sq = sp[0] / base[0], math.hypot(sp[1], base[1])
+            lo, hi = q * math.exp(-_z() * sq), q * math.exp(_z() * sq)
+            group = f"{kind}, c={cv:g} vs 1"
+            st = s.over_seeds(cid, group, q, lo, hi, ratio=True)
+            v, why = judge(st.lo, st.hi, band, choices, "the ratio of the spikes", no_interval=st.few)
+            rows.append(s.row(cid, v, group=group, prediction=f"spike at c={cv:g} below the spike at c=1",
+                              value=st.value, ci_lo=st.lo, ci_hi=st.hi,
+                              reason=why + (": the spike does not shrink at higher variance" if v == FAILS else ""),
+                              measurement=(f"MSE({sp[2]})/MSE({N}): {fmt(sp[0])} at c={cv:g}, {fmt(base[0])} at c=1; ratio "
+                                           f"{fmt(q)} [{fmt(lo)}, {fmt(hi)}] (95% interval: delta method on the test "
+                                           "prompts' standard errors)" + st.text)))
+    if not rows:
+        rows.append(s.row(cid, NOT_TESTABLE, prediction=pred,
+                          reason="no random_covariance or scale shift at c = 1 and c > 1 with test lengths M = N and M > N"))
+    return rows

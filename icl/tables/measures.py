@@ -1,0 +1,342 @@
+"""Per-run measurements of the training dynamics, made once by the tables step from a shard's
+arrays and stored in summary.parquet: crossing times of loss thresholds and the own attention
+there, phases (icl.tables.phases), the end of Phase I, final attention, divergence, memorisation and
+the dynamics of softmax_q's feature logits. Everything that depends on time is measured on the
+trace, the values of every epoch (icl.train.logs.Trace), so it does not depend on `log_every`;
+shards written before the trace existed fall back to the logged epochs. The claims
+(icl.analyse.claims) read these columns; they never recompute them.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from icl.tables.phases import logit, phases
+from icl.theory.ldl import delta_conc
+
+REL_THRESHOLDS = (1e-1, 1e-2, 1e-3)
+ABS_THRESHOLDS = (1e-2, 1e-3, 1e-4)   # on the loss itself: the theorems' loss ≤ ε² (icl.analyse.fits.eps_of)
+PHASE_WINDOW = 1e-3    # phases are counted until the loss first falls to this share of loss₀ (or to the end)
+MEMORISES = 0.05       # test loss up by this share from its lowest while the train loss fell by as much
+ESCAPE = 0.5           # t_escape: the query's error below this share of predicting 0's
+ESCAPE_WINDOW = 0.01   # ... averaged over a trailing window of this share of the epochs (at least 1)
+
+
+LLC_STATUS = {0: "ok", 1: "diverged", 2: "not stationary", 3: "negative: not at a local minimum",
+              4: "the run diverged in training"}   # icl.train.llc's chain check
+LLC_SMOOTH = 0.1       # decades: λ̂ is smoothed against log10 t by a Gaussian kernel of this width ...
+LLC_SWING = 2.0        # ... and a critical point counts where λ̂ turns by more than this many standard errors
+
+
+def _tname(prefix: str, x: float) -> str:
+    return f"{prefix}_{x:.0e}".replace("e-0", "e-")
+
+
+def crossing_time(ratio: np.ndarray, epochs: np.ndarray, x: float) -> pd.array:
+    """t_x: when train_loss / loss0 (or the loss itself) first falls to x, per run, interpolated
+    in log-loss between the two logged epochs around the crossing (null if never). The first
+    logged epoch at or below x would quantise times to the logging grid: on a 4-epoch grid a
+    run crossing at epoch 1.3 reads 4, and slopes over L come out of the grid, not the run."""
+    r = np.nan_to_num(np.asarray(ratio, float), nan=np.inf)
+    hit = r <= x
+    i = hit.argmax(1)
+    rows = np.arange(len(r))
+    prev = np.maximum(i - 1, 0)
+    a, b = r[rows, prev], r[rows, i]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = np.where((i > 0) & (a > x) & (b > 0) & np.isfinite(a),
+                        (np.log(a) - np.log(x)) / (np.log(a) - np.log(np.maximum(b, 1e-300))), 1.0)
+    t = epochs[prev] + np.clip(frac, 0.0, 1.0) * (epochs[i] - epochs[prev])
+    return pd.array(np.where(hit.any(1), t, np.nan), dtype="Float64")
+
+
+def logit_dynamics(q: np.ndarray) -> dict:
+    """Per run, from its feature logits q (R, E, K, K) at every epoch (q[r, e, i, j] = v_jᵀ Q v_i,
+    i the query's feature): `qoff_rate`, the median over off-diagonal logits of −Δq_(i,j)/Δq_(i,i)
+    over training (where the own logit rose); `qoff_fell`, the share of off-diagonal logits that
+    fell; `qoff_oscillates`, the share whose increments change sign at least once (steps below
+    1e-6 of the largest left out); `qoff_path_excess`, the median over them of their path over
+    their net change minus 1 (0 for a monotone change, however noisy the grid); `qown_drop`, the
+    largest single-epoch fall of an own logit as a share of its rise (Lemma 2: 0)."""
+    R, E, K, _ = q.shape
+    off, eye = ~np.eye(K, dtype=bool), np.eye(K, dtype=bool)
+    total = q[:, -1] - q[:, 0]
+    own_rise = np.diagonal(total, axis1=1, axis2=2)                # (R, K)
+    rise = np.broadcast_to(own_rise[:, :, None], (R, K, K))[:, off]
+    change = total[:, off]                                         # (R, K(K-1))
+    ratio = np.where(rise > 0, -change / np.where(rise > 0, rise, 1.0), np.nan)
+    some = (rise > 0).any(1)                                       # runs whose own logits rose at all
+    rate = np.full(R, np.nan)
+    rate[some] = np.nanmedian(ratio[some], axis=1)
+    inc = np.diff(q, axis=1)[:, :, off]                            # (R, E-1, K(K-1))
+    tol = 1e-6 * (np.abs(inc).max(axis=1, keepdims=True) + 1e-30)
+    sgn = np.where(np.abs(inc) > tol, np.sign(inc), 0.0)
+    last = np.zeros_like(sgn[:, 0])                                # the last nonzero sign so far
+    flips = np.zeros(last.shape, dtype=bool)
+    for e in range(sgn.shape[1]):
+        s = sgn[:, e]
+        flips |= (s != 0) & (last != 0) & (s != last)
+        last = np.where(s != 0, s, last)
+    path = np.abs(inc).sum(1)
+    net = np.abs(change)
+    excess = np.where(net > 1e-12 * (path + 1e-30), path / np.where(net > 0, net, 1.0) - 1.0, np.nan)
+    own_inc = np.diff(q, axis=1)[:, :, eye]                        # (R, E-1, K)
+    drop = np.where(own_rise > 0, np.clip(-own_inc, 0, None).max(1) / np.where(own_rise > 0, own_rise, 1.0), np.nan)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)      # runs whose logits never moved: NaN, said so
+        return {"qoff_rate": rate, "qoff_fell": (change < 0).mean(1), "qoff_oscillates": flips.mean(1),
+                "qoff_path_excess": np.nanmedian(np.where(np.isfinite(excess), excess, np.nan), axis=1)
+                if excess.size else np.full(R, np.nan),
+                "qown_drop": np.nanmax(np.where(np.isfinite(drop), drop, -np.inf), axis=1).clip(0)
+                if drop.size else np.full(R, np.nan)}
+
+
+def level_time(values: np.ndarray, epochs: np.ndarray, level: np.ndarray) -> np.ndarray:
+    """When each run's `values` (R, E) first rise to its `level`, interpolated linearly between
+    the epochs around the crossing (NaN if never)."""
+    v = np.nan_to_num(values, nan=-np.inf)
+    hit = v >= level[:, None]
+    i = hit.argmax(1)
+    rows = np.arange(len(v))
+    prev = np.maximum(i - 1, 0)
+    a, b = v[rows, prev], v[rows, i]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = np.where((i > 0) & (a < level) & np.isfinite(a), (level - a) / (b - a), 1.0)
+    t = epochs[prev] + np.clip(frac, 0.0, 1.0) * (epochs[i] - epochs[prev])
+    return np.where(hit.any(1), t, np.nan)
+
+
+def at_times(values: np.ndarray, epochs: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Each run's values (R, E) at its own time t (R,), interpolated (NaN where t is)."""
+    return np.array([np.interp(ti, epochs, v) if np.isfinite(ti) else np.nan for v, ti in zip(values, t)])
+
+
+def escape_time(query: np.ndarray, zero: np.ndarray, window: int) -> pd.array:
+    """t_escape per run: the first epoch at which the query's error, summed over the `window`
+    epochs ending there, falls below ESCAPE times predicting 0's on the same prompts (the end
+    of a plateau at ŷ ≈ 0); <NA> if never. The window tames one batch's noise (fresh prompts:
+    64 of them make a ratio that jumps by ±20 % from step to step)."""
+    def trailing(a):
+        c = np.cumsum(np.nan_to_num(a), axis=1)
+        return c - np.pad(c, ((0, 0), (window, 0)))[:, :-window]
+    below = (trailing(query) < ESCAPE * trailing(zero)) & np.isfinite(query)
+    below[:, :window - 1] = False          # a full window first
+    t = below.argmax(1)
+    return pd.array(np.where(below.any(1), t, None), dtype="Int64")
+
+
+def late_exponent(loss: np.ndarray, epochs: np.ndarray) -> np.ndarray:
+    """a of loss ∝ t^−a over the later half (in log t) of each run's training."""
+    t = epochs.astype(float)
+    keep = (t > 0) & (np.log(np.maximum(t, 1)) >= 0.5 * np.log(max(t[-1], 1.0)))
+    out = np.full(len(loss), np.nan)
+    if keep.sum() < 3:
+        return out
+    x = np.log(t[keep])
+    for r, y in enumerate(loss[:, keep]):
+        ok = np.isfinite(y) & (y > 0)
+        if ok.sum() >= 3:
+            xm = x[ok] - x[ok].mean()
+            out[r] = -float((xm * (np.log(y[ok]) - np.log(y[ok]).mean())).sum() / (xm * xm).sum())
+    return out
+
+
+def memorises(train: np.ndarray, test: np.ndarray) -> np.ndarray:
+    """Runs whose test loss on new functions rose by MEMORISES from its lowest logged value while
+    their train loss fell by as much over the same stretch: they learn their prompts, not to
+    learn in context."""
+    with np.errstate(invalid="ignore"):
+        best = np.nanargmin(np.where(np.isfinite(test), test, np.inf), axis=1)
+    rows = np.arange(len(test))
+    rose = test[:, -1] > (1 + MEMORISES) * test[rows, best]
+    fell = train[:, -1] < (1 - MEMORISES) * train[rows, best]
+    return rose & fell & np.isfinite(test[:, -1])
+
+
+def phase_window(loss: np.ndarray, ref: float) -> int:
+    """The index of the last epoch the phases are counted over: where the loss first falls to
+    PHASE_WINDOW of `ref` (the uniform-attention loss: what a model that learned nothing in
+    context reaches), or the end of training if it never does."""
+    below = np.asarray(loss, float) / ref <= PHASE_WINDOW
+    return int(np.argmax(below)) if below.any() else len(loss) - 1
+
+
+def phase_counts(loss: np.ndarray, attn: np.ndarray, epochs: np.ndarray, ref: np.ndarray) -> list:
+    """icl.tables.phases of each run's own logit, from epoch 0 to its phase_window; runs with the same
+    curves (the seeds of one setting on its balanced mean-field flow) counted once."""
+    out, seen = [], {}
+    for l, a, r in zip(loss, attn, ref):
+        if not np.isfinite(a).any():
+            out.append(None)
+            continue
+        key = (l.tobytes(), a.tobytes(), float(r))
+        if key not in seen:
+            end = phase_window(l, r)
+            seen[key] = phases(epochs[:end + 1], logit(a[:end + 1]))
+        out.append(seen[key])
+    return out
+
+
+def phase_rates(q: np.ndarray, epochs: np.ndarray, bounds: list) -> list:
+    """Per run, the off-diagonal logits' mean rate against the own logit's in each phase (what
+    LDL's Props. 2-4 bound: |g_(k,k')| = O(·/K²) against g_k = Θ(·/K), so the ratio is O(1/K)):
+    over the epochs [b_j, b_(j+1)] of phase j (`bounds[r]`: the run's phase boundaries in epochs,
+    its start, icl.tables.phases' ends and the end of its window), the mean over off-diagonal logits
+    q_(i,j) of their path Σ|Δq| (every epoch's change counted, so an oscillation counts in full)
+    over the mean over own logits of their rise; NaN where the own logits did not rise. q (R, E,
+    K, K) on `epochs`."""
+    R, E, K, _ = q.shape
+    off, eye = ~np.eye(K, dtype=bool), np.eye(K, dtype=bool)
+    out = []
+    for r in range(R):
+        b = np.clip(np.searchsorted(epochs, np.asarray(bounds[r], float)), 0, E - 1)
+        rates = []
+        for i, j in zip(b[:-1], b[1:]):
+            seg = q[r, i:j + 1]
+            rise = float((seg[-1] - seg[0])[eye].mean()) if j > i else 0.0
+            path = float(np.abs(np.diff(seg, axis=0))[:, off].sum(0).mean()) if j > i else 0.0
+            rates.append(path / rise if rise > 0 and np.isfinite(path) else np.nan)
+        out.append(rates)
+    return out
+
+
+def last_layer_map(attn: np.ndarray) -> np.ndarray:
+    """attn (R, E, K, K), or (R, E, layers, heads, K, K): the map attn_own reads, the last layer's
+    averaged over its heads."""
+    return attn[:, :, -1].mean(2) if attn.ndim == 6 else attn
+
+
+def summary_table(sh: dict) -> pd.DataFrame:
+    """One summary row per run of a shard: losses, what needs no training, crossing times and the
+    own attention there, phases, the end of Phase I, attention, memorisation and logit dynamics."""
+    rid, ep = sh["run_id"].astype(str), sh["epoch"]
+    R, K = len(rid), sh["attn"].shape[-1]
+    traced = "trace_train_loss" in sh
+    tl = sh["trace_train_loss"] if traced else sh["train_loss"]
+    t_ep = np.arange(tl.shape[1]) if traced else ep
+    own = sh["trace_attn_own"] if traced and "trace_attn_own" in sh else \
+        (sh["attn_own"] if K else np.full(tl.shape, np.nan))
+    loss0 = sh["train_loss"][:, 0]           # the logged loss: on the same prompts as final_train_loss
+    ratio = tl / tl[:, :1]                   # the trace against its own start (fresh prompts: each epoch's own)
+    summ = pd.DataFrame({
+        "run_id": rid, "loss0": loss0, "final_train_loss": sh["train_loss"][:, -1],
+        "final_test_loss": sh["test_loss"][:, -1],
+        "attn_own_final": sh["attn_own"][:, -1] if K else np.full(R, np.nan),
+        "diverged": sh["diverged_at"] >= 0,
+        "diverged_epoch": pd.array(np.where(sh["diverged_at"] >= 0, sh["diverged_at"], None), dtype="Int64"),
+    })
+    # the query's own error where the objective reads more positions (a GPT's `loss: all`, whose logs
+    # hold test_query_loss): the references below are at the query. The train side is the state
+    # training ended in, the trace's last epoch; elsewhere the objective is the query's error.
+    wider = "test_query_loss" in sh and "trace_query_loss" in sh
+    summ["final_query_train_loss"] = sh["trace_query_loss"][:, -1] if wider else summ["final_train_loss"]
+    summ["final_query_test_loss"] = sh["test_query_loss"][:, -1] if wider else summ["final_test_loss"]
+    for key in ("uniform_train_loss", "uniform_test_loss", "oracle_test_loss"):
+        summ[key] = sh[key] if key in sh else np.nan
+    for prefix, xs, series in (("t_rel", REL_THRESHOLDS, ratio), ("t_abs", ABS_THRESHOLDS, tl)):
+        for x in xs:
+            col = _tname(prefix, x)
+            summ[col] = crossing_time(series, t_ep, x)
+            summ[f"attn_at_{col}"] = at_times(own, t_ep, summ[col].to_numpy(float, na_value=np.nan))
+    if K and "tokens_K" in sh:
+        level = np.full(R, 1.0 / (1.0 + delta_conc(int(sh["tokens_K"]), int(sh["prompts_N"]))))
+        summ["t_phase_one"] = level_time(own, t_ep, level)
+    else:
+        summ["t_phase_one"] = np.nan
+    ref = summ["uniform_train_loss"].to_numpy(float)
+    found = phase_counts(tl, own, t_ep, np.where(np.isfinite(ref), ref, loss0))
+    summ["n_phases"] = pd.array([f.n if f else None for f in found], dtype="Int64")
+    summ["phase_ends"] = pd.Series([list(f.ends) if f else [] for f in found], dtype="object")
+    summ["phase_noise"] = np.array([f.noise if f else np.nan for f in found], float)   # the counter's power is measured at it
+    summ["late_exponent"] = late_exponent(tl, t_ep)
+    if "trace_query_loss" in sh:
+        summ["t_escape"] = escape_time(sh["trace_query_loss"], sh["trace_zero_loss"],
+                                       max(1, round(ESCAPE_WINDOW * (tl.shape[1] - 1))))
+    else:
+        summ["t_escape"] = pd.array([None] * R, dtype="Int64")
+    # fresh prompts every epoch cannot be memorised: what looks like it there is the batches' noise
+    summ["memorises"] = False if bool(sh.get("train_fresh", False)) else memorises(sh["train_loss"], sh["test_loss"])
+    summ["test_loss0"] = sh["test_loss"][:, 0]
+    summ["attn_knn_final"] = sh["attn_knn"][:, -1] if "attn_knn" in sh else np.nan
+    summ["dist_target_final"] = sh["dist_target"][:, -1] if "dist_target" in sh else np.nan
+    summ["attn_off_final"] = np.nan
+    summ["attn_off_oscillates"] = pd.array([None] * R, dtype="boolean")
+    if K:
+        amap = last_layer_map(sh["attn"])
+        off = (amap.sum(axis=(2, 3)) - np.trace(amap, axis1=2, axis2=3)) / (K * (K - 1))
+        summ["attn_off_final"] = off[:, -1]
+        # oscillation: the mean off-diagonal attention turns from falling to rising at least once
+        d = np.diff(off, axis=1)
+        summ["attn_off_oscillates"] = pd.array(((d[:, :-1] < -1e-4) & (d[:, 1:] > 1e-4)).any(1), dtype="boolean")
+    q = sh.get("trace_q_features", sh.get("q_features"))
+    dyn = logit_dynamics(q) if q is not None and q.size and q.shape[1] > 1 else {}
+    for col in ("qoff_rate", "qoff_fell", "qoff_oscillates", "qoff_path_excess", "qown_drop"):
+        summ[col] = dyn.get(col, np.full(R, np.nan))
+    if dyn:       # each phase's rate: q on the epochs it was kept on (the trace's every epoch, or the logged ones)
+        q_ep = t_ep if "trace_q_features" in sh else ep
+        ends = [[0.0, *(f.ends if f else []), float(t_ep[phase_window(l, r)])]
+                for f, l, r in zip(found, tl, np.where(np.isfinite(ref), ref, loss0))]
+        summ["qoff_phase_rates"] = pd.Series(phase_rates(q, q_ep, ends), dtype="object")
+    else:
+        summ["qoff_phase_rates"] = pd.Series([[] for _ in range(R)], dtype="object")
+    for col, values in llc_summary(sh).items():
+        summ[col] = values
+    summ["train_seconds"] = float(sh["seconds"]) / R
+    summ["device"] = str(sh["device"])
+    summ["precision"] = str(sh.get("precision", "float32"))      # what its matmuls ran in (train.precision)
+    summ["code_version"] = str(sh["code_version"]) if "code_version" in sh else "unknown"
+    summ["code_hash"] = str(sh["code_hash"]) if "code_hash" in sh else "unknown"
+    return summ
+
+
+def llc_stages(llc: np.ndarray, se: np.ndarray, epochs: np.ndarray) -> list[int] | None:
+    """Stage boundaries of one run by its LLC (Hoogland et al.: critical points of λ̂ against log t):
+    the epochs where the smoothed λ̂ turns (its derivative in log t changes sign), counted only where
+    it turns by more than LLC_SWING times the standard error of the difference (a zigzag filter: a
+    turn is confirmed once λ̂ has moved that far back from the extreme, in the two checkpoints' errors). `llc`, `se` over
+    `epochs`, NaN where a checkpoint's estimate is unusable (left out). None with fewer than three
+    usable checkpoints."""
+    ok = np.isfinite(llc) & (epochs > 0)
+    if ok.sum() < 3:
+        return None
+    x, y, t = np.log10(epochs[ok].astype(float)), llc[ok], epochs[ok]
+    w = np.exp(-0.5 * ((x[:, None] - x[None, :]) / LLC_SMOOTH) ** 2)
+    smooth = (w * y).sum(1) / w.sum(1)
+    e = np.nan_to_num(se[ok], nan=0.0)
+    swing = lambda i, j: LLC_SWING * math.hypot(e[i], e[j])   # a change between two checkpoints past their noise
+    bounds, direction, ext = [], 0, 0          # which way λ̂ goes (0: not yet far from the start), its extreme
+    for i in range(1, len(smooth)):
+        move = smooth[i] - smooth[ext]
+        if direction == 0:
+            if abs(move) > swing(i, ext):
+                direction, ext = (1 if move > 0 else -1), i
+        elif move * direction > 0:
+            ext = i                                         # still going the same way
+        elif abs(move) > swing(i, ext):                     # turned, and far enough: ext was a critical point
+            bounds.append(int(t[ext]))
+            direction, ext = -direction, i
+    return bounds
+
+
+def llc_summary(sh: dict) -> dict:
+    """Per-run columns of the LLC (train.llc) for summary.parquet: the last usable estimate and its
+    standard error, how many checkpoints were usable, and the stages by llc_stages."""
+    R = len(sh["run_id"])
+    if "llc_llc" not in sh:
+        return {"llc_final": np.full(R, np.nan), "llc_final_se": np.full(R, np.nan),
+                "llc_usable": pd.array([None] * R, dtype="Int64"), "llc_stages": pd.array([None] * R, dtype="Int64"),
+                "llc_boundaries": pd.Series([[] for _ in range(R)], dtype="object")}
+    ok = sh["llc_status"] == 0
+    est = np.where(ok, sh["llc_llc"], np.nan)
+    se = np.where(ok, sh["llc_se"], np.nan)
+    last = np.array([np.flatnonzero(np.isfinite(r))[-1] if np.isfinite(r).any() else -1 for r in est])
+    rows = np.arange(R)
+    found = [llc_stages(est[r], se[r], sh["llc_epoch"]) for r in range(R)]
+    return {"llc_final": np.where(last >= 0, est[rows, last], np.nan),
+            "llc_final_se": np.where(last >= 0, se[rows, last], np.nan),
+            "llc_usable": pd.array(ok.sum(1), dtype="Int64"),
+            "llc_stages": pd.array([None if b is None else len(b) + 1 for b in found], dtype="Int64"),
+            "llc_boundaries": pd.Series([b or [] for b in found], dtype="object")}
