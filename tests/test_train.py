@@ -192,3 +192,26 @@ def test_logged_train_loss_is_the_loss_before_each_step(tiny_plan):
     out = train_shard([r], paths, str(tmp / "l.npz"))
     expect, _, _ = _replay_gd(r, paths)
     np.testing.assert_allclose(out["train_loss"][0], expect[out["epoch"]], rtol=1e-5)
+
+
+def test_a_full_batch_epoch_is_logged_from_its_one_step(tiny_plan, monkeypatch):
+    """Full batch on fixed prompts: the log hook at a logged epoch's start takes that epoch's step
+    and logs its forward (ShardTraining.start_epoch), so each epoch runs one forward and backward,
+    and a separate forward of the training prompts (Model.loss) runs only for the state training
+    ended in. A log that took a forward of its own would call loss once more per logged epoch."""
+    from icl import models
+    recs, paths, tmp = tiny_plan
+    r = _members(recs, "softmax_q")[0]
+    calls = {"step": 0, "loss": 0, "test_losses": 0}
+    for name in calls:
+        real = getattr(models.SoftmaxQ, name)
+        monkeypatch.setattr(models.SoftmaxQ, name,
+                            lambda self, *a, _real=real, _name=name, **k: (calls.__setitem__(_name, calls[_name] + 1),
+                                                                           _real(self, *a, **k))[1])
+    out = train_shard([r], paths, str(tmp / "once.npz"))
+    epochs = r["spec"]["train"]["epochs"]
+    assert len(out["epoch"]) > 2 and out["epoch"][-1] == epochs
+    # the test prompts' forward at every logged epoch (test_losses calls loss), the train prompts' at the end
+    assert calls == {"step": epochs, "test_losses": len(out["epoch"]), "loss": len(out["epoch"]) + 1}, calls
+    expect, _, _ = _replay_gd(r, paths)
+    np.testing.assert_allclose(out["train_loss"][0], expect[out["epoch"]], rtol=1e-5)

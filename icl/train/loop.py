@@ -1,7 +1,8 @@
 """Train one shard: all its runs at once as a vectorized ensemble, logging the dynamics.
 
 `train_ensemble` is the loop, epoch after epoch: `ShardTraining.train_epoch` draws the prompts,
-steps, clips, updates and traces; at the epoch's end the progress line and the checkpoint. What is
+steps, traces, clips and updates; the hooks at its boundaries log (`start_epoch`, on the log grid)
+and, at the epoch's end, measure the LLC, print the progress line and checkpoint. What is
 recorded lives in icl.train.logs, how a job resumes (checkpoints, chunk files) in icl.train.checkpoints:
 because batches are a function of (seed, epoch), a rerun after a kill ends with the same numbers
 as an unbroken run.
@@ -146,6 +147,7 @@ class ShardTraining:
         self.active = self.diverged_at < 0
         # full batch on fixed prompts: the step's own forward is the state the epoch starts from
         self.full_batch = self.batch >= self.M and not self.tr.fresh
+        self.taken = None            # a step start_epoch took for the epoch (full batch, a logged epoch)
 
     def sync(self) -> None:
         """The device's trace and divergence marks into the host's logs (a logged epoch, a checkpoint)."""
@@ -189,18 +191,28 @@ class ShardTraining:
         arrays = self.fresh.draw(epoch, curriculum_stage(self.runs[0]["spec"], step0))
         return self.model.prepare(arrays.__getitem__, diagnose=False)
 
-    def train_epoch(self, epoch: int) -> None:
-        """One pass over the prompts (fresh ones with train.fresh), logged if on the grid."""
-        logging = epoch in self.pos
-        if logging and not self.full_batch:
+    def start_epoch(self, epoch: int) -> None:
+        """The hook at an epoch's start: where the epoch is on the log grid, record the state it
+        starts from. With a full batch on fixed prompts the epoch's one step is taken here, before
+        it is logged, and its forward is that state (`taken`, which train_epoch steps with): one
+        forward, not two."""
+        if epoch not in self.pos:
+            return
+        if self.full_batch:
+            self.taken = self.model.step(self.params, self.train)
+            self.log(epoch, self.taken.loss, self.taken.seen)
+        else:
             self.log(epoch)
+
+    def train_epoch(self, epoch: int) -> None:
+        """One pass over the prompts (fresh ones with train.fresh): draw, step, trace, clip, update."""
+        self.start_epoch(epoch)
         step0 = epoch * self.steps_per_epoch
         data = self.prompts(epoch, step0)
         for i, idx in enumerate(batch_index(self.seeds, epoch, self.M, self.batch, self.dev)):
             b = data if idx is None else data.take(idx)
-            loss, grads, seen, query_loss = self.model.step(self.params, b)
-            if logging and self.full_batch:
-                self.log(epoch, loss, seen)
+            step, self.taken = self.taken or self.model.step(self.params, b), None    # start_epoch's, else this batch's
+            loss, grads, seen, query_loss = step
             self.trace.add(self.losses(loss, b, query_loss), self.traced(b, seen))
             grads = optim.flatten(grads)                  # (R, total): a few operations a step, not a few per tensor
             self.stop_diverged(loss, grads, epoch)
