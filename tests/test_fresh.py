@@ -473,6 +473,35 @@ def test_bf16_beside_a_kind_without_blocks_trains_that_kind_at_the_devices_defau
     assert said == {"gpt": "bf16", "lsa": "float32"}
 
 
+@pytest.mark.parametrize("fails_at", [1, 20])
+def test_a_step_torch_cannot_compile_is_made_eagerly(tmp_path, monkeypatch, capfd, fails_at):
+    """Where torch cannot compile (here its compiled functions raise from their `fails_at`-th call
+    on: the first draw, or a step in the seventh epoch, as a new shape can), that call is made again
+    eagerly and so is the rest: the run ends with an eager run's numbers, bit for bit (nothing
+    stepped twice, no epoch rerun), the log says why and the shard says it was not compiled. Before,
+    only a failure in the first epoch fell back, by rerunning that epoch; a later one ended the job."""
+    recs, paths = _gpt(tmp_path)
+    eager = train_shard(recs, paths, str(tmp_path / "eager.npz"))
+    calls = []
+
+    def cannot(fn, **kw):
+        def compiled(*a, **k):
+            calls.append(fn)
+            if len(calls) >= fails_at:
+                raise RuntimeError("no C compiler (a stand-in for inductor's error)")
+            return fn(*a, **k)
+        return compiled
+    monkeypatch.setattr(torch, "compile", cannot)
+    recs_c, _ = _gpt(tmp_path, compile=True)
+    out = train_shard(recs_c, paths, str(tmp_path / "fell-back.npz"))
+    assert len(calls) == fails_at and not bool(out["compiled"])
+    assert capfd.readouterr().err.count("compiling the step failed (RuntimeError: no C compiler") == 1
+    params = [k for k in eager.keys() if k.startswith("param_")]
+    assert len(params) > 3
+    for key in ("trace_train_loss", "train_loss", "test_loss", *params):
+        np.testing.assert_array_equal(out[key], eager[key], err_msg=key)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", [True, "graphs"])
 def test_compiled_step_equals_eager(tmp_path, mode):

@@ -33,6 +33,7 @@ import numpy as np
 from icl.data import tokens_are_features
 from icl.models.attention import (attention_logs, count_attention_logs, knn_count, nearest,  # noqa: F401
                                    nearest_tokens, own_attention, token_attention_logs, token_own)
+from icl.models.compiled import guarded
 from icl.models.lazy import lazy_torch
 from icl.models.memory import Memory
 from icl.settings import Tokens
@@ -194,7 +195,11 @@ class Model(Memory):
     def step(self, params, batch: Batch) -> "Step":
         """loss (R,), gradients, what the forward saw (its attention) and the query's ½MSE, from one
         forward: autograd through `predict` (the block, the LSA, the GPT); the forward and the loss
-        compiled where `compile` was called (autograd then runs the compiled backward)."""
+        compiled where `compile` was called (autograd then runs the compiled backward), and the step
+        made again eagerly where that raises (icl.models.compiled)."""
+        return guarded(lambda: self._step(params, batch), "_compiled" in self.__dict__, self.__dict__.get("_failed"))
+
+    def _step(self, params, batch: Batch) -> "Step":
         graphs = self.__dict__.get("_graphs", False)
         if graphs:                  # a new iteration: the graphs' outputs of the last one may be overwritten
             torch.compiler.cudagraph_mark_step_begin()
@@ -216,17 +221,17 @@ class Model(Memory):
     def _forward_loss(self):
         return self.__dict__.get("_compiled") or self.forward_loss
 
-    def compile(self, graphs: bool = False) -> None:
+    def compile(self, graphs: bool = False, failed=None) -> None:
         """Train through torch.compile of `forward_loss` (one graph per prompt shape: a curriculum
         stage compiles once); `graphs`: its forward and backward replayed as CUDA graphs (mode
-        reduce-overhead; torch leaves a CPU's step as plain compiled code). Raises what torch raises
-        when it cannot; the caller falls back."""
+        reduce-overhead; torch leaves a CPU's step as plain compiled code). A step that raises calls
+        `failed(error)` and is made again eagerly (icl.models.compiled)."""
         self._compiled = torch.compile(self.forward_loss, dynamic=False, **({"mode": "reduce-overhead"} if graphs else {}))
-        self._graphs = graphs
+        self._graphs, self._failed = graphs, failed
 
     def uncompile(self) -> None:
-        self.__dict__.pop("_compiled", None)
-        self.__dict__.pop("_graphs", None)
+        for key in ("_compiled", "_graphs", "_failed"):
+            self.__dict__.pop(key, None)
 
     bf16_blocks = False         # `train.precision: bf16` autocasts the kind's inner blocks (kinds that say so)
 

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from icl.data import STREAM_FRESH, eigenvalues, feature_probs, rotation
+from icl.models.compiled import guarded
 from icl.train.streams import Stream
 from icl.tasks import family
 from icl.settings import Tokens
@@ -57,7 +58,7 @@ class FreshPrompts:
                 self.rot_t = (t([np.eye(self.d) if R is None else R.T for R in rots]).unsqueeze(1)
                               if any(R is not None for R in rots) else None)
         self.seed_t = torch.as_tensor(self.seeds, dtype=torch.int64, device=device)
-        self._draw = self.draw_at
+        self._draw, self._failed = self.draw_at, None
         by_kind: dict[str, list[int]] = {}
         for i, s in enumerate(specs):
             by_kind.setdefault(s["task"]["kind"], []).append(i)
@@ -72,12 +73,14 @@ class FreshPrompts:
         continuous tokens) and the features; `stage` (icl.data.curriculum_stage) shortens them to its
         points and zeroes x past its dims (the task's w is still drawn in all d)."""
         stream = torch.full((), STREAM_FRESH + epoch, dtype=torch.int64, device=self.device)   # no copy from the host
-        return self._draw(stream, stage["points"] if stage else self.N + 1, stage["dims"] if stage else self.d)
+        T, dims = stage["points"] if stage else self.N + 1, stage["dims"] if stage else self.d
+        return guarded(lambda: self._draw(stream, T, dims), self._draw != self.draw_at, self._failed)
 
-    def compile(self) -> None:
+    def compile(self, failed=None) -> None:
         """Draw through torch.compile (the hash's few dozen integer operations become a kernel or
-        two; one graph per curriculum stage, the epoch a tensor)."""
-        self._draw = torch.compile(self.draw_at, dynamic=False)
+        two; one graph per curriculum stage, the epoch a tensor); a draw that raises calls
+        `failed(error)` and is made again eagerly (icl.models.compiled)."""
+        self._draw, self._failed = torch.compile(self.draw_at, dynamic=False), failed
 
     def uncompile(self) -> None:
         self._draw = self.draw_at

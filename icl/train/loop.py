@@ -341,11 +341,11 @@ def train_ensemble(runs: list[dict], data_paths: dict, out_path: str, dev, threa
     t_setup = time.time()
     sh = ShardTraining(runs, data_paths, dev, ckpt.load(dev))
     print(f"[{label}] precision {sh.model.precision}", file=sys.stderr, flush=True)
-    train_epoch = epoch_runner(sh, dev.type == "cuda" if sh.tr.compile is None else sh.tr.compile, label)
+    compile_step(sh, dev.type == "cuda" if sh.tr.compile is None else sh.tr.compile, label)
     prog, t0 = Progress(label, sh.epochs), time.time()
     every = sh.tr.checkpoint_every
     for epoch in range(sh.start, sh.epochs):
-        train_epoch(epoch)
+        sh.train_epoch(epoch)
         done = epoch + 1
         sh.measure_llc(done)
         prog.update(done, sh.start, sh.n_live, len(runs))
@@ -368,44 +368,27 @@ def train_ensemble(runs: list[dict], data_paths: dict, out_path: str, dev, threa
 def compile_step(sh: ShardTraining, want, label: str) -> bool:
     """torch.compile the model's forward and loss, the optimizer's update and the fresh prompts'
     draw, where `want` (train.compile: True, or "graphs" for CUDA graphs of the forward and
-    backward; absent: on CUDA)."""
+    backward; absent: on CUDA). Where torch cannot compile, at the first step or a later one, that
+    call is made again eagerly and so is the rest of the training (icl.models.compiled): one path
+    for every epoch."""
     if not want:
         return False
-    try:
-        sh.model.compile(graphs=want == "graphs")
-        sh.opt.compile()
-        if sh.fresh is not None:
-            sh.fresh.compile()
-    except Exception as e:          # no compiler backend here: eager, and say why
-        print(f"[{label}] not compiled ({type(e).__name__}: {e}); training eagerly", file=sys.stderr, flush=True)
-        return False
-    return True
 
-
-def epoch_runner(sh: ShardTraining, want, label: str):
-    """What trains one epoch: `sh.train_epoch`, through the compiled step where `want` (compile_step),
-    the first epoch then compiling it (first_compiled_epoch, eager again if that fails)."""
-    if not compile_step(sh, want, label):
-        return sh.train_epoch
-    return lambda epoch: first_compiled_epoch(sh, epoch, label) if epoch == sh.start else sh.train_epoch(epoch)
-
-
-def first_compiled_epoch(sh: ShardTraining, epoch: int, label: str) -> bool:
-    """The first epoch through the compiled step, where torch compiles it. If that fails, the
-    parameters and optimizer are as before the epoch (nothing was stepped before the error), so
-    the epoch reruns eagerly and the log says why."""
-    t = time.time()
-    try:
-        sh.train_epoch(epoch)
-    except Exception as e:
-        print(f"[{label}] compiling the step failed ({type(e).__name__}: {str(e).splitlines()[0][:300]}); "
+    def eager(e: Exception) -> None:
+        print(f"[{label}] compiling the step failed ({type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}); "
               "training eagerly", file=sys.stderr, flush=True)
         sh.model.uncompile()
         sh.opt.uncompile()
         if sh.fresh is not None:
             sh.fresh.uncompile()
-        sh.train_epoch(epoch)
+    try:
+        sh.model.compile(graphs=want == "graphs", failed=eager)
+        sh.opt.compile(failed=eager)
+        if sh.fresh is not None:
+            sh.fresh.compile(failed=eager)
+    except Exception as e:          # no compiler backend here: eager, and say why
+        print(f"[{label}] not compiled ({type(e).__name__}: {e}); training eagerly", file=sys.stderr, flush=True)
         return False
-    how = "torch.compile, CUDA graphs" if sh.model.__dict__.get("_graphs") else "torch.compile"
-    print(f"[{label}] step compiled ({how}) in {time.time() - t:.1f}s", file=sys.stderr, flush=True)
+    print(f"[{label}] step compiled with torch.compile{' and CUDA graphs' if want == 'graphs' else ''} "
+          "(the first epoch's time includes compiling it)", file=sys.stderr, flush=True)
     return True

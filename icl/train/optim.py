@@ -7,6 +7,8 @@ import math
 
 import torch
 
+from icl.models.compiled import guarded
+
 
 def _per_run(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return v.view(-1, *([1] * (like.dim() - 1)))
@@ -49,13 +51,19 @@ class _Flat:
 
     def __init__(self):
         self._flat, self._views = None, {}
-        self._fused = None
+        self._fused = self._failed = None
 
-    def compile(self) -> None:
-        self._fused = torch.compile(type(self).update, dynamic=False)
+    def compile(self, failed=None) -> None:
+        """The update through torch.compile; one that raises calls `failed(error)` and is made
+        again eagerly (icl.models.compiled)."""
+        self._fused, self._failed = torch.compile(type(self).update, dynamic=False), failed
 
     def uncompile(self) -> None:
         self._fused = None
+
+    def made(self, update):
+        """update(), through the compiled update while there is one (see compile)."""
+        return guarded(update, self._fused is not None, self._failed)
 
     def flat_params(self, params: dict) -> torch.Tensor:
         if self._flat is not None and len(params) == len(self._views) and all(
@@ -85,8 +93,8 @@ class GD(_Flat):
     def step(self, params: dict, grads, active: torch.Tensor, lr: torch.Tensor | None = None) -> None:
         """`grads`: a dict like params, or already flattened (R, total)."""
         lr = (self.lr if lr is None else lr).unsqueeze(1)
-        update = self._fused or gd_update
-        self.keep(params, update(self.flat_params(params), flatten(grads), lr, active.unsqueeze(1)))
+        p, g = self.flat_params(params), flatten(grads)
+        self.keep(params, self.made(lambda: (self._fused or gd_update)(p, g, lr, active.unsqueeze(1))))
 
 
 class Adam(_Flat):
@@ -113,14 +121,15 @@ class Adam(_Flat):
         if self.m is None:
             self.m, self.v = torch.zeros_like(p), torch.zeros_like(p)
         t = self.t + 1              # counted once the update is made (a compile that fails leaves the state as it was)
-        if self._fused is None:     # the bias corrections as Python numbers, as torch.optim.Adam
-            c1, c2 = 1 - self.b1 ** t, 1 - self.b2 ** t
-            update = adam_update
-        else:                       # as tensors filled on the device: a number that changes every step would recompile
-            tt = torch.full((), float(t), dtype=torch.float64, device=p.device)
-            c1, c2 = (1 - self.b1 ** tt).float(), (1 - self.b2 ** tt).float()
-            update = self._fused
-        new, self.m, self.v = update(p, g, self.m, self.v, lr, active.unsqueeze(1), c1, c2, self.b1, self.b2, self.eps)
+
+        def update():
+            if self._fused is None:     # the bias corrections as Python numbers, as torch.optim.Adam
+                c1, c2, fn = 1 - self.b1 ** t, 1 - self.b2 ** t, adam_update
+            else:                       # as tensors filled on the device: a number that changes every step would recompile
+                tt = torch.full((), float(t), dtype=torch.float64, device=p.device)
+                c1, c2, fn = (1 - self.b1 ** tt).float(), (1 - self.b2 ** tt).float(), self._fused
+            return fn(p, g, self.m, self.v, lr, active.unsqueeze(1), c1, c2, self.b1, self.b2, self.eps)
+        new, self.m, self.v = self.made(update)
         self.t = t
         self.keep(params, new)
 
