@@ -164,11 +164,11 @@ def test_checkpoint_holding_python_objects_is_refused(tiny_plan):
     with pytest.raises(RuntimeError, match=r"checkpoint .*p\.npz\.ckpt holds Python objects.*delete it to restart"):
         train_shard(members, paths, out)
     assert not marker.exists()
-    from icl.train.checkpoints import Checkpoint
+    from icl.train.checkpoints import Checkpoint, snapshot
     from icl.train.loop import ShardTraining
     sh = ShardTraining(members, paths, torch.device("cpu"))
     ck = Checkpoint(str(tmp / "good.ckpt"), [r["run_id"] for r in members], "t")
-    ck.save(sh.state(3, 1.5))
+    ck.save(snapshot(sh, 3, 1.5))
     assert torch.load(ck.path, weights_only=True)["epoch"] == 3 and ck.load(torch.device("cpu"))["elapsed"] == 1.5
 
 

@@ -1,5 +1,5 @@
-"""How a training job survives a kill: the shard's whole state saved atomically every
-checkpoint_every epochs and taken up again by a rerun of the same runs, and a shard trained in
+"""How a training job survives a kill: the shard's whole state (`snapshot`, `restore`) saved
+atomically every checkpoint_every epochs and taken up again by a rerun of the same runs, and a shard trained in
 chunks keeping each finished chunk in a file of its own until the shard's file is written. A
 checkpoint is data, not code: tensors and plain values only, loaded with weights_only=True."""
 from __future__ import annotations
@@ -17,6 +17,28 @@ from icl.jobs.runtime import stable_hash
 
 PER_SHARD = ("epoch", "seconds", "device", "device_name", "threads", "precision", "compiled", "fresh_stream",
              "code_version", "code_hash", "tokens_K", "prompts_N", "train_fresh")   # a shard's .npz: not per run
+
+
+def snapshot(training, done: int, elapsed: float) -> dict:
+    """What a checkpoint holds of a ShardTraining after `done` epochs: tensors and plain values (the
+    logs' and the trace's numpy arrays as tensors of the same dtype, so they come back exactly)."""
+    training.sync()
+    return {"params": training.params, "opt": training.opt.state(), "epoch": done,
+            "logs": {k: torch.from_numpy(v) for k, v in training.logs.arrays.items()},
+            "trace": {k: torch.from_numpy(v) for k, v in training.trace.arrays.items()},
+            "diverged_at": torch.from_numpy(training.logs.diverged_at), "elapsed": float(elapsed),
+            **({"llc": {k: torch.from_numpy(v) for k, v in training.llc.arrays.items()}} if training.llc else {})}
+
+
+def restore(training, saved: dict) -> None:
+    """A ShardTraining, just built, put back where `saved` (a snapshot) left it."""
+    training.params, training.start, training.elapsed0 = saved["params"], saved["epoch"], saved["elapsed"]
+    training.opt.load(saved["opt"])
+    training.logs.arrays = {k: v.cpu().numpy() for k, v in saved["logs"].items()}
+    training.logs.diverged_at = saved["diverged_at"].cpu().numpy()
+    training.trace.arrays = {k: v.cpu().numpy() for k, v in saved["trace"].items()}
+    if training.llc:
+        training.llc.arrays = {k: v.cpu().numpy() for k, v in saved["llc"].items()}
 
 
 class Checkpoint:

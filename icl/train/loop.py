@@ -19,7 +19,7 @@ import torch
 from icl.train import llc, optim
 
 from icl import models
-from icl.train.checkpoints import Checkpoint, chunk_paths, merge_chunks
+from icl.train.checkpoints import Checkpoint, chunk_paths, merge_chunks, restore, snapshot
 from icl.data import curriculum_stage, read_datasets, with_tokens
 from icl.train.fresh import STREAM_KIND, FreshPrompts
 from icl.store.files import atomic_path
@@ -136,13 +136,7 @@ class ShardTraining:
                     if self.tr.llc else None)
         self.start, self.elapsed0 = 0, 0.0
         if saved:
-            self.params, self.start, self.elapsed0 = saved["params"], saved["epoch"], saved["elapsed"]
-            self.opt.load(saved["opt"])
-            self.logs.arrays = {k: v.cpu().numpy() for k, v in saved["logs"].items()}
-            self.logs.diverged_at = saved["diverged_at"].cpu().numpy()
-            self.trace.arrays = {k: v.cpu().numpy() for k, v in saved["trace"].items()}
-            if self.llc:
-                self.llc.arrays = {k: v.cpu().numpy() for k, v in saved["llc"].items()}
+            restore(self, saved)
         self.diverged_at = torch.as_tensor(self.logs.diverged_at, device=dev)     # marked on the device
         self.active = self.diverged_at < 0
         # full batch on fixed prompts: the step's own forward is the state the epoch starts from
@@ -247,16 +241,6 @@ class ShardTraining:
     def n_live(self) -> int:
         return int(self.active.sum())
 
-    def state(self, done: int, elapsed: float) -> dict:
-        """What a checkpoint holds after `done` epochs: tensors and plain values (the logs' and the
-        trace's numpy arrays as tensors of the same dtype, so they come back exactly)."""
-        self.sync()
-        return {"params": self.params, "opt": self.opt.state(), "epoch": done,
-                "logs": {k: torch.from_numpy(v) for k, v in self.logs.arrays.items()},
-                "trace": {k: torch.from_numpy(v) for k, v in self.trace.arrays.items()},
-                "diverged_at": torch.from_numpy(self.logs.diverged_at), "elapsed": float(elapsed),
-                **({"llc": {k: torch.from_numpy(v) for k, v in self.llc.arrays.items()}} if self.llc else {})}
-
     def result(self, elapsed: float) -> dict:
         """The shard's .npz: logged arrays, final parameters, where, how and how long it trained."""
         dev = self.dev
@@ -350,7 +334,7 @@ def train_ensemble(runs: list[dict], data_paths: dict, out_path: str, dev, threa
         sh.measure_llc(done)
         prog.update(done, sh.start, sh.n_live, len(runs))
         if done % every == 0 and done < sh.epochs:
-            ckpt.save(sh.state(done, sh.elapsed0 + time.time() - t0))
+            ckpt.save(snapshot(sh, done, sh.elapsed0 + time.time() - t0))
     if sh.epochs in sh.pos:
         sh.log(sh.epochs)                   # the state training ended in
     prog.update(sh.epochs, sh.start, sh.n_live, len(runs), force=True)
