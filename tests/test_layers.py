@@ -222,6 +222,29 @@ def test_the_tokens_section_is_read_through_its_typed_settings():
         Tokens.of({"kind": "random_covariance", "d": 4, "sclae": 2.0})
 
 
+def test_the_prompts_section_has_no_setting_with_a_default():
+    """The prompts section is read by key, not through a dataclass: its settings (N, train, test) are
+    all required by the schema, so no default exists for the code to disagree with. A prompts
+    setting with a default would need its field in icl.settings, as the train and tokens sections'."""
+    import yaml
+    schema = yaml.safe_load((PKG / "schema" / "config.schema.yaml").read_text())
+    prompts = next(e["properties"]["prompts"] for e in _objects(schema) if "prompts" in e.get("properties", {})
+                   and e["properties"]["prompts"].get("required"))
+    assert set(prompts["required"]) == set(prompts["properties"]) == {"N", "train", "test"}, prompts
+    assert not [k for k, v in prompts["properties"].items() if "default" in v]
+
+
+def _objects(node):
+    """Every mapping in a parsed schema, depth first."""
+    if isinstance(node, dict):
+        yield node
+        for v in node.values():
+            yield from _objects(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _objects(v)
+
+
 def test_a_train_setting_unknown_to_its_dataclass_is_refused():
     """Every key the schema allows in `train` has a field (a new one must be added there too)."""
     import yaml
