@@ -49,7 +49,7 @@ def main() -> None:
                 sys.exit(f"snakemake failed:\n{res.stderr[-3000:]}")
             print(f"\nrun: snakemake --cores {args.cores} from an empty results/: {time.perf_counter() - t:.0f} s wall")
             logs = os.path.join(wd, "logs")
-        measured = timing_table(logs)
+        measured = timing_table(logs, results=os.path.join(os.path.dirname(os.path.abspath(logs)), "results"))   # beside logs/
         measured = measured[measured["step"] == "train"].set_index("experiment")
         print(f"\n{'experiment':<24} {'predicted s':>12} {'measured s':>11} {'ratio':>7}  within ±30%")
         pred_all = meas_all = 0.0

@@ -184,7 +184,7 @@ def main() -> None:
         if res.returncode:
             sys.exit(f"snakemake failed:\n{res.stderr[-3000:]}")
         from icl.jobs.timing import summary_line, timing_table
-        df = timing_table(os.path.join(wd, "logs"))
+        df = timing_table(os.path.join(wd, "logs"), results=os.path.join(wd, "results"))
         train_jobs = df.loc[df["step"] == "train", "seconds"].sum()
         parts, loop_core_s = train_breakdown(os.path.join(wd, "logs"), train_jobs)
         print(f"pipeline: snakemake --cores 2, empty results/ to the report (log_every {args.log_every}): {wall:.1f} s wall")

@@ -148,13 +148,17 @@ def cmd_index(args) -> None:
 
 
 def cmd_timing(args) -> None:
-    from icl.jobs.timing import summary_line, timing_table
-    df = timing_table(args.logs, args.experiment)
+    from icl.jobs.timing import stale_files, summary_line, timing_table
+    df = timing_table(args.logs, args.experiment, args.results)
     if df.empty:
         where = os.path.join(args.logs, args.experiment or "*", "benchmark")
         sys.exit(f"error: no benchmark files under {where}; run snakemake first (every rule writes one)")
     print(df.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
     print(summary_line(df))
+    stale = stale_files(args.logs, args.experiment, args.results)
+    if stale:
+        print(f"left out: {len(stale)} benchmark file{'s' if len(stale) != 1 else ''} of shards the plans no longer "
+              f"have (a sweep changed since they ran), e.g. {stale[0]}")
 
 
 def cmd_claims(args) -> None:
@@ -242,6 +246,7 @@ def main(argv=None) -> None:
     s = sub.add_parser("timing", help="where the time went: Snakemake benchmark files summed by step")
     s.add_argument("experiment", nargs="?")
     s.add_argument("--logs", default="logs")
+    s.add_argument("--results", default="results", help="where each experiment's plan.json says which shards it has now")
     s.set_defaults(fn=cmd_timing)
     s = sub.add_parser("claims", help="every claim id and the rule that judges it, as a markdown table")
     s.set_defaults(fn=cmd_claims)
