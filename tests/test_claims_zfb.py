@@ -535,6 +535,8 @@ def test_gpt_in_distribution():
     assert groups(rows, "zfb.gpt_in_distribution") == {"below the LSA": HOLDS, "OLS-level": HOLDS}
     rows = with_gpt(gpt(lsa_like(0.3)))
     assert groups(rows, "zfb.gpt_in_distribution") == {"below the LSA": FAILS, "OLS-level": FAILS}
+    why = rows_of(rows, "zfb.gpt_in_distribution", "OLS-level")[0]["reason"]      # the model judged, beside Garg's
+    assert "this GPT: 2 layers, 2 heads" in why and "Garg et al.'s GPT-2 has 12 layers" in why, why
     # halfway between OLS and the LSA, measured on 100 prompts a cell
     rows = with_gpt(gpt(least_squares(noise=0.5)), P=100)
     assert groups(rows, "zfb.gpt_in_distribution") == {"below the LSA": HOLDS, "OLS-level": UNSURE}
