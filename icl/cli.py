@@ -148,14 +148,14 @@ def cmd_index(args) -> None:
 
 
 def cmd_timing(args) -> None:
-    from icl.jobs.timing import stale_files, summary_line, timing_table
-    df = timing_table(args.logs, args.experiment, args.results)
+    from icl.jobs.timing import benchmark_files, benchmark_table, summary_line
+    current, stale = benchmark_files(args.logs, args.experiment, args.results)
+    df = benchmark_table(current)
     if df.empty:
         where = os.path.join(args.logs, args.experiment or "*", "benchmark")
         sys.exit(f"error: no benchmark files under {where}; run snakemake first (every rule writes one)")
     print(df.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
     print(summary_line(df))
-    stale = stale_files(args.logs, args.experiment, args.results)
     if stale:
         print(f"left out: {len(stale)} benchmark file{'s' if len(stale) != 1 else ''} of shards the plans no longer "
               f"have (a sweep changed since they ran), e.g. {stale[0]}")

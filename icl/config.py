@@ -169,7 +169,7 @@ def _training_options_ok(where: str, exp: dict) -> None:
     """The warmup fits in the run and the curriculum in the prompts (the schema checks each
     number alone)."""
     tr, p = Train.of(exp["train"]), exp["prompts"]
-    steps = tr.epochs * -(-p["train"] // (tr.batch_size or p["train"]))
+    steps = tr.epochs * tr.steps_per_epoch(p["train"])
     if tr.warmup > steps:
         raise ConfigError(f"{where}.train.warmup: {tr.warmup} steps is longer than the run ({tr.epochs} epochs "
                           f"of {steps // tr.epochs} step(s): {steps} steps); allowed: warmup <= {steps}")

@@ -61,6 +61,11 @@ class Train:
     curriculum: dict | None = None          # absent: full prompts from the first step
     llc: LLC | None = None                  # absent: no LLC measured
 
+    def steps_per_epoch(self, n: int) -> int:
+        """Optimisation steps an epoch takes over n training prompts: minibatches of batch_size (the
+        last one shorter), one step without."""
+        return -(-n // (self.batch_size or n))
+
     @classmethod
     def of(cls, section: dict) -> "Train":
         """The settings of a validated `train` section; a key the dataclass lacks is an error here,

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from icl.train import llc
-from icl.tables.measures import llc_stages
+from icl.jobs.runtime import log_grid
+from icl.tables.measures import LLC_STATUS, llc_stages
 from icl.settings import LLC
 from test_train import tiny_plan  # noqa: F401  (the fixture)
 
@@ -173,7 +174,7 @@ def test_stages_are_the_turns_of_llc_past_its_noise():
     """λ̂(t) over 24 checkpoints, log-spaced: a rise, a fall and a rise (two critical points) with
     noise of the size real chains give; a monotone rise with the same noise (none); and turns
     smaller than twice the standard error (none)."""
-    t = np.array(llc.log_grid(3000, 24))
+    t = np.array(log_grid(3000, 24))
     x = np.log10(t)
     rng = np.random.default_rng(0)
     se = np.full(len(t), 0.4)
@@ -199,7 +200,7 @@ def test_a_training_job_measures_it_and_resumes_to_the_same(tiny_plan):
         r["spec"]["train"]["llc"] = {"points": 4, "chains": 2, "draws": 20, "burnin": 10, "epsilon": 1e-3,
                                      "gamma": 100.0, "batch": 8}
     ref = train_shard(members, paths, str(tmp / "ref.npz"))
-    assert list(ref["llc_epoch"]) == llc.log_grid(12, 4) == [1, 2, 5, 12]
+    assert list(ref["llc_epoch"]) == log_grid(12, 4) == [1, 2, 5, 12]
     assert ref["llc_per_chain"].shape == (len(members), 4, 2) and (ref["llc_status"] >= 0).all()
     alone = train_shard(members[1:2], paths, str(tmp / "one.npz"))
     np.testing.assert_allclose(alone["llc_per_chain"][0], ref["llc_per_chain"][1], rtol=1e-4)
@@ -208,7 +209,7 @@ def test_a_training_job_measures_it_and_resumes_to_the_same(tiny_plan):
         if k.startswith("llc_"):
             np.testing.assert_array_equal(res[k], ref[k], err_msg=k)
     table = llc_table(ref).to_pandas()
-    assert len(table) == len(members) * 4 and set(table["status"]) <= set(llc.LLC_STATUS.values())
+    assert len(table) == len(members) * 4 and set(table["status"]) <= set(LLC_STATUS.values())
     summ = summary_table(ref)
     assert summ["llc_usable"].notna().all() and "llc_boundaries" in summ
 
@@ -220,7 +221,7 @@ def test_the_report_draws_llc_and_counts_where_the_instruments_agree():
     from icl.report.llc import agreement_table, hoogland_note, llc_figure
     runs = pd.DataFrame({"run_id": [f"r{i}" for i in range(6)], "model": "sq", "seed": [0, 1, 2] * 2,
                          "L": [0.2] * 3 + [2.0] * 3})
-    epochs = llc.log_grid(400, 8)
+    epochs = log_grid(400, 8)
     rng = np.random.default_rng(0)
     llc_rows = pd.DataFrame([{"run_id": r, "epoch": e, "llc": 1 + rng.normal(0, 0.1), "llc_se": 0.1}
                              for r in runs["run_id"] for e in epochs])

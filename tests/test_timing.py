@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from icl.jobs.timing import stale_files, timing_table
+from icl.jobs.timing import benchmark_files, timing_table
 
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 
@@ -40,7 +40,7 @@ def test_timing_sums_the_jobs_the_plan_has_now(logs):
     df = timing_table(str(tmp / "logs"), results=str(tmp / "results")).set_index("step")
     assert df.loc["train", "jobs"] == 3 and df.loc["train", "seconds"] == pytest.approx(sum(now.values()))
     assert df.loc["evaluate", "jobs"] == 3 and df.loc["plan", "jobs"] == 1 and df.loc["tables", "seconds"] == 0.73
-    stale = stale_files(str(tmp / "logs"), results=str(tmp / "results"))
+    stale = benchmark_files(str(tmp / "logs"), results=str(tmp / "results"))[1]
     assert sorted(p.rsplit("/", 1)[-1] for p in stale) == sorted(f"{s}.tsv" for s in before for _ in (0, 1))
     # without a plan (logs copied alone) every file counts, as before
     everything = timing_table(str(tmp / "logs"), results=str(tmp / "nowhere")).set_index("step")

@@ -14,30 +14,30 @@ import pandas as pd
 
 def timing_table(logs: str = "logs", experiment: str | None = None, results: str = "results") -> pd.DataFrame:
     """benchmark_table of the benchmark files under logs/<experiment>/ (every experiment's) of the jobs
-    the experiment has now: a shard's file (<step>/<shard>.tsv) only where results/<experiment>/plan.json
-    still plans that shard. A changed sweep leaves the files of its old shards in logs/, and summing
-    them counted jobs that no longer exist (`stale_files` lists them)."""
-    return benchmark_table(current(logs, experiment, results)[0])
+    the experiment has now (benchmark_files)."""
+    return benchmark_table(benchmark_files(logs, experiment, results)[0])
 
 
-def current(logs: str, experiment: str | None, results: str) -> tuple[list[str], list[str]]:
-    """(the benchmark files of jobs the experiments plan now, those of shards they no longer plan);
-    an experiment without a plan.json keeps every file."""
+def benchmark_files(logs: str = "logs", experiment: str | None = None,
+                    results: str = "results") -> tuple[list[str], list[str]]:
+    """(the benchmark files of the jobs the experiments plan now, those of shards they no longer
+    plan). A shard's file (<step>/<shard>.tsv) counts only where results/<experiment>/plan.json still
+    plans that shard: a changed sweep leaves the files of its old shards in logs/, and summing them
+    counted jobs that no longer exist. An experiment without a plan.json keeps every file."""
     keep, stale, planned = [], [], {}
     for path in sorted(glob.glob(os.path.join(logs, experiment or "*", "benchmark", "**", "*.tsv"), recursive=True)):
-        parts = os.path.normpath(path).split(os.sep)
-        at = len(parts) - 1 - parts[::-1].index("benchmark")
-        exp = parts[at - 1]
+        exp, _, shard = _job(path)
         if exp not in planned:
             planned[exp] = _shards(os.path.join(results, exp, "plan.json"))
-        shard = parts[-1].removesuffix(".tsv") if len(parts) - at > 2 else None     # <step>/<shard>.tsv
         (stale if shard and planned[exp] is not None and shard not in planned[exp] else keep).append(path)
     return keep, stale
 
 
-def stale_files(logs: str = "logs", experiment: str | None = None, results: str = "results") -> list[str]:
-    """The benchmark files of shards the experiments no longer plan (timing_table leaves them out)."""
-    return current(logs, experiment, results)[1]
+def _job(path: str) -> tuple[str, str, str | None]:
+    """(experiment, step, shard or None) of logs/<experiment>/benchmark/<step>.tsv or <step>/<shard>.tsv."""
+    parts = os.path.normpath(path).split(os.sep)
+    at = len(parts) - 1 - parts[::-1].index("benchmark")
+    return parts[at - 1], parts[at + 1].removesuffix(".tsv"), (parts[-1].removesuffix(".tsv") if len(parts) - at > 2 else None)
 
 
 def _shards(plan_path: str) -> set | None:
@@ -55,9 +55,7 @@ def benchmark_table(paths) -> pd.DataFrame:
     counted in each) and PSS (each shared page split among its sharers: the job's own)."""
     rows = []
     for path in paths:
-        parts = os.path.normpath(path).split(os.sep)
-        at = len(parts) - 1 - parts[::-1].index("benchmark")
-        exp, step = parts[at - 1], parts[at + 1].removesuffix(".tsv")
+        exp, step, _ = _job(path)
         try:
             b = pd.read_csv(path, sep="\t")
         except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError):

@@ -197,7 +197,7 @@ class Model(Memory):
         forward: autograd through `predict` (the block, the LSA, the GPT); the forward and the loss
         compiled where `compile` was called (autograd then runs the compiled backward), and the step
         made again eagerly where that raises (icl.models.compiled)."""
-        return guarded(lambda: self._step(params, batch), "_compiled" in self.__dict__, self.__dict__.get("_failed"))
+        return guarded(lambda: self._step(params, batch), self.__dict__.get("_failed"))
 
     def _step(self, params, batch: Batch) -> "Step":
         graphs = self.__dict__.get("_graphs", False)

@@ -6,11 +6,11 @@ that meets a new shape (a shorter last minibatch, a curriculum stage)."""
 from __future__ import annotations
 
 
-def guarded(call, compiled: bool, failed):
-    """call(), which runs compiled code when `compiled`; if it raises there, `failed(error)` (which
-    puts every compiled function of the step back to eager and says why) and call() again, now
-    eager. Without a `failed` the error stands."""
-    if not compiled or failed is None:
+def guarded(call, failed):
+    """call(); where it runs compiled code with a fallback (`failed`, set by compile and cleared by
+    uncompile) and raises, `failed(error)` (which puts every compiled function of the step back to
+    eager and says why) and call() again, now eager. Without a `failed` the error stands."""
+    if failed is None:
         return call()
     try:
         return call()

@@ -105,8 +105,7 @@ def llc_work(spec: dict) -> tuple[int, float]:
 def llc_epochs(spec: dict) -> float:
     """The LLC's SGLD steps as epochs of training (llc_work over the steps an epoch takes)."""
     steps, size = llc_work(spec)
-    n, batch = spec["prompts"]["train"], Train.of(spec["train"]).batch_size
-    return steps * size / (-(-n // batch) if batch else 1)
+    return steps * size / Train.of(spec["train"]).steps_per_epoch(spec["prompts"]["train"])
 
 
 def startup_seconds() -> float:
@@ -156,7 +155,7 @@ def flop_calibrate(members: list[Run]) -> FlopCalibration:
         flops = a + (b - a) * (p["train"] - SMALL) / (big - SMALL)
     else:
         flops = _counted(members[:1], None)
-    steps = -(-p["train"] // tr.batch_size) if tr.batch_size else 1
+    steps = tr.steps_per_epoch(p["train"])
     from icl.models import MODELS       # local: torch, which _counted has loaded already
     precision = precision_on(tr.precision, "cuda", MODELS[spec["model"]["kind"]].bf16_blocks)
     return FlopCalibration(flops, steps, GPU_FLOP_RATE[precision])

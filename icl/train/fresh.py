@@ -74,7 +74,7 @@ class FreshPrompts:
         points and zeroes x past its dims (the task's w is still drawn in all d)."""
         stream = torch.full((), STREAM_FRESH + epoch, dtype=torch.int64, device=self.device)   # no copy from the host
         T, dims = stage["points"] if stage else self.N + 1, stage["dims"] if stage else self.d
-        return guarded(lambda: self._draw(stream, T, dims), self._draw != self.draw_at, self._failed)
+        return guarded(lambda: self._draw(stream, T, dims), self._failed)
 
     def compile(self, failed=None) -> None:
         """Draw through torch.compile (the hash's few dozen integer operations become a kernel or
@@ -83,7 +83,7 @@ class FreshPrompts:
         self._draw, self._failed = torch.compile(self.draw_at, dynamic=False), failed
 
     def uncompile(self) -> None:
-        self._draw = self.draw_at
+        self._draw, self._failed = self.draw_at, None
 
     def draw_at(self, stream: torch.Tensor, T: int, dims: int) -> dict:
         st = Stream(self.seed_t, stream)

@@ -35,9 +35,7 @@ import numpy as np
 import torch
 
 from icl.train import optim
-from icl.tables.measures import LLC_STATUS  # noqa: F401  (what `status` codes mean)
 from icl.models import Batch
-from icl.jobs.runtime import log_grid  # noqa: F401  (where the LLC is measured)
 from icl.train.streams import Stream
 
 STREAM_LLC = 1 << 40          # + epoch · STEPS + step: the SGLD draws (far from icl.data's streams)

@@ -25,7 +25,7 @@ from icl.train.fresh import STREAM_KIND, FreshPrompts
 from icl.store.files import atomic_path
 from icl.train.logs import Logs, Progress, Trace
 from icl.jobs.parallel import Forked
-from icl.jobs.runtime import LOAD_GROUP, log_epochs, pick_device, pick_precision
+from icl.jobs.runtime import LOAD_GROUP, log_epochs, log_grid, pick_device, pick_precision
 from icl.settings import Train
 from icl.jobs.provenance import code_hash, code_version, cpu_name
 
@@ -123,7 +123,7 @@ class ShardTraining:
         self.opt = optim.build(spec0["model"]["optimizer"], lr)
         self.M = self.train["target"].shape[1]
         self.batch = self.tr.batch_size or self.M
-        self.steps_per_epoch = -(-self.M // self.batch)
+        self.steps_per_epoch = self.tr.steps_per_epoch(self.M)
         self.schedule = optim.Schedule(lr, self.tr, self.steps_per_epoch)
         self.params = self.model.init(self.seeds, [r["spec"]["model"]["name"] for r in runs], dev)
         self.epochs = self.tr.epochs
@@ -132,7 +132,7 @@ class ShardTraining:
                          {**self.model.log_shapes(), **curriculum})
         self.pos = {int(e): i for i, e in enumerate(self.logs.epochs)}     # logged epoch -> column
         self.trace = Trace(len(runs), self.epochs, self.model.log_shapes())
-        self.llc = (llc.Record(len(runs), llc.log_grid(self.epochs, self.tr.llc.points), self.tr.llc.chains)
+        self.llc = (llc.Record(len(runs), log_grid(self.epochs, self.tr.llc.points), self.tr.llc.chains)
                     if self.tr.llc else None)
         self.start, self.elapsed0 = 0, 0.0
         if saved:

@@ -59,11 +59,11 @@ class _Flat:
         self._fused, self._failed = torch.compile(type(self).update, dynamic=False), failed
 
     def uncompile(self) -> None:
-        self._fused = None
+        self._fused = self._failed = None
 
     def made(self, update):
         """update(), through the compiled update while there is one (see compile)."""
-        return guarded(update, self._fused is not None, self._failed)
+        return guarded(update, self._failed)
 
     def flat_params(self, params: dict) -> torch.Tensor:
         if self._flat is not None and len(params) == len(self._views) and all(

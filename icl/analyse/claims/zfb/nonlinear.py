@@ -172,7 +172,7 @@ def gpt_in_distribution(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     v, why = judge(st.lo, st.hi, band2, choices, "(GPT − OLS)/(LSA − OLS)", no_interval=st.few)
     if v == FAILS:
         why += ": GPT's error is nearer the LSA's than OLS's" if st.value > 0 else ": GPT is below OLS by more than the band"
-        why += f" ({_size(s)}; Garg et al.'s GPT-2 has 12 layers, 8 heads, width 256 and trained 500k steps)"
+        why += f" ({_size(s)}; Garg et al.'s GPT-2 has 12 layers, 8 heads, width 256 and trained 500k steps of 64 prompts)"
     rows.append(s.row(cid, v, group="OLS-level", prediction=pred2, value=st.value, ci_lo=st.lo, ci_hi=st.hi, reason=why,
                       measurement=(f"(GPT − OLS)/(LSA − OLS) {fmt(m)} [{fmt(lo)}, {fmt(hi)}] (inverse-variance mean over "
                                    f"M = {', '.join(str(int(x)) for x in per['M'])}; OLS error {fmt(float(per['o'].max()))} "
@@ -181,12 +181,11 @@ def gpt_in_distribution(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
 
 
 def _size(s: Setting) -> str:
-    """The trained GPT's shape and optimisation steps (where runs.parquet has them), which a verdict
-    on a claim made of a larger model names."""
+    """The trained GPT's shape and its training (epochs of M prompts, where runs.parquet has them),
+    which a verdict on a claim made of a larger model names."""
     r = s.runs.iloc[0]
     out = f"this GPT: {int(r['layers'])} layers, {int(r['heads'])} heads" + \
           (f", width {int(r['width'])}" if pd.notna(r.get("width")) else "")
     if pd.notna(r.get("epochs")) and pd.notna(r.get("M")):
-        bs = r.get("batch_size")
-        out += f", {int(r['epochs']) * (1 if pd.isna(bs) else -(-int(r['M']) // int(bs)))} steps"
+        out += f", {int(r['epochs'])} epochs of {int(r['M'])} prompts"
     return out
