@@ -19,6 +19,7 @@ from icl.theory.ldl import delta_conc
 
 REL_THRESHOLDS = (1e-1, 1e-2, 1e-3)
 ABS_THRESHOLDS = (1e-2, 1e-3, 1e-4)   # on the loss itself: the theorems' loss ≤ ε² (icl.analyse.fits.eps_of)
+UNIF_THRESHOLDS = (5e-1,)  # on the loss over uniform attention's, what every L's labels scale with (ldl.faster_with_L)
 PHASE_WINDOW = 1e-3    # phases are counted until the loss first falls to this share of loss₀ (or to the end)
 MEMORISES = 0.05       # test loss up by this share from its lowest while the train loss fell by as much
 ESCAPE = 0.5           # t_escape: the query's error below this share of predicting 0's
@@ -241,6 +242,10 @@ def summary_table(sh: dict) -> pd.DataFrame:
             col = _tname(prefix, x)
             summ[col] = crossing_time(series, t_ep, x)
             summ[f"attn_at_{col}"] = at_times(own, t_ep, summ[col].to_numpy(float, na_value=np.nan))
+    unif = summ["uniform_train_loss"].to_numpy(float)
+    unif = np.where(np.isfinite(unif), unif, loss0)     # uniform attention's loss, loss₀ where it was not measured
+    for x in UNIF_THRESHOLDS:
+        summ[_tname("t_unif", x)] = crossing_time(tl / unif[:, None], t_ep, x)
     if K and "tokens_K" in sh:
         level = np.full(R, 1.0 / (1.0 + delta_conc(int(sh["tokens_K"]), int(sh["prompts_N"]))))
         summ["t_phase_one"] = level_time(own, t_ep, level)

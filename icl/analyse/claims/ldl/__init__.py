@@ -20,7 +20,7 @@ re-runs it under the other choices and fills `fragile`. Conventions that hold th
 
 One module per section of claims: `setting` (the Setting and the shared thresholds),
 `identities` (what decides a claim without the data, the theorems' domain), `attention`,
-`time_scales`, `phases`, `stability`, `unseen`, `mean_field_flow`, and `flow` (each dynamics
+`time_scales`, `faster` (the experiments' order in L, any optimiser), `phases`, `stability`, `unseen`, `mean_field_flow`, and `flow` (each dynamics
 claim measured the same way on LDL's own mean-field flow: the third column); this module calls them all.
 """
 from __future__ import annotations
@@ -30,6 +30,7 @@ import math
 from icl.analyse.claims import CLAIMS, NOT_TESTABLE, base_id
 from icl.analyse.claims.judge import by_setting, exclude, join, robust, settings
 from icl.analyse.claims.ldl.depth import depth
+from icl.analyse.claims.ldl.faster import faster_with_L
 from icl.analyse.claims.ldl.attention import attention_to_one, offdiag_logits, own_logit_monotone
 from icl.analyse.claims.ldl.flow import with_flow
 from icl.analyse.claims.ldl.flow_domain import flow_beta
@@ -44,14 +45,14 @@ from icl.analyse.claims.ldl.unseen import unseen_functions
 
 LDL_AXIS = ("L", "seed")
 # the claims about the dynamics' shape: where a rule of the experiment makes two settings one dynamics, one row
-DYNAMICS_CLAIMS = ("ldl.time_vs_eps", "ldl.time_vs_L", "ldl.phase_one", "ldl.phases", "ldl.transition_at_Lstar",
+DYNAMICS_CLAIMS = ("ldl.time_vs_eps", "ldl.time_vs_L", "ldl.faster_with_L", "ldl.phase_one", "ldl.phases", "ldl.transition_at_Lstar",
                    "ldl.mean_field", "ldl.attention_to_one", "ldl.offdiag_logits", "ldl.own_logit_monotone",
                    "ldl.unseen_functions")
 RULES = {"ldl.attention_to_one": attention_to_one, "ldl.offdiag_logits": offdiag_logits,
          "ldl.own_logit_monotone": own_logit_monotone, "ldl.phase_one": phase_one, "ldl.phases": phases_claim,
          "ldl.time_vs_L": time_vs_L, "ldl.time_vs_eps": time_vs_eps, "ldl.transition_at_Lstar": transition_at_Lstar,
          "ldl.step_size": step_size, "ldl.unseen_functions": unseen_functions, "ldl.mean_field": mean_field,
-         "ldl.depth": depth}
+         "ldl.depth": depth, "ldl.faster_with_L": faster_with_L}
 
 
 def verdicts(tabs: dict, model: str) -> list[dict]:
@@ -74,13 +75,16 @@ def verdicts(tabs: dict, model: str) -> list[dict]:
             rows += [s.row(cid, NOT_TESTABLE, prediction="—", measurement="no run to judge",
                            reason=f"every run of this setting was left out ({s.left_out})")
                      for cid in ("ldl.attention_to_one", "ldl.offdiag_logits", "ldl.own_logit_monotone",
-                                 "ldl.time_vs_eps", "ldl.unseen_functions", "ldl.mean_field", *L_CLAIMS)]
+                                 "ldl.time_vs_eps", "ldl.faster_with_L", "ldl.unseen_functions", "ldl.mean_field",
+                                 *L_CLAIMS)]
             continue
         sL, why = inside_eq4(s)           # the L-claims read the runs inside Eq. 4's domain
         rows += charged([*robust(attention_to_one, s, uses=("band",)), *robust(offdiag_logits, s, uses=("band",)),
                          *robust(own_logit_monotone, s, uses=("band",)),
                          *with_flow(robust(time_vs_eps, s), time_vs_eps, s),
                          *robust(unseen_functions, s, uses=("band",)), *robust(mean_field, s, uses=("band",))], s)
+        # the experiments' order in L is no theorem's: read on every run that trained, whatever the domain
+        rows += with_flow(robust(faster_with_L, s, uses=("lstar",)), faster_with_L, s)
         if sL is None:
             rows += [s.row(cid, NOT_TESTABLE, prediction="—", measurement="—",
                            reason=f"every run of this setting is outside Eq. 4's domain: {why}") for cid in L_CLAIMS]

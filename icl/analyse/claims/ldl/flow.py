@@ -32,7 +32,8 @@ THEOREM, DYNAMICS = "theorem", "dynamics"
 # the claims whose statistic the flow gives (loss, own attention and their crossings); step_size needs
 # a divergence the bounded loss of a label average never has; offdiag_logits reads the off-diagonal logits
 # per phase, and the flow integrates every S[n, k] but theory_curves keeps only its loss and own attention
-FLOW_CLAIMS = ("ldl.time_vs_eps", "ldl.time_vs_L", "ldl.phase_one", "ldl.phases", "ldl.transition_at_Lstar")
+FLOW_CLAIMS = ("ldl.time_vs_eps", "ldl.time_vs_L", "ldl.phase_one", "ldl.phases", "ldl.transition_at_Lstar",
+               "ldl.faster_with_L")
 
 
 def _curves(tc: pd.DataFrame, metric: str, ids) -> tuple[np.ndarray, np.ndarray] | None:
@@ -77,6 +78,8 @@ def flow_runs(s: Setting, loss: str = "mean_field_loss") -> pd.DataFrame | None:
             t = measures.crossing_time(series, ep, x).to_numpy(float, na_value=np.nan)
             out[col] = t
             out[f"attn_at_{col}"] = measures.at_times(A, ep, t)
+    for x in measures.UNIF_THRESHOLDS:             # the flow starts at uniform attention (S = 0): its loss₀ is that loss
+        out[measures._tname("t_unif", x)] = measures.crossing_time(L / loss0[:, None], ep, x).to_numpy(float, na_value=np.nan)
     level = np.array([1.0 / (1.0 + delta_conc(int(K), int(N))) for K, N in zip(df["K"], df["N"])])
     out["t_phase_one"] = measures.level_time(A, ep, level)
     found = measures.phase_counts(L, A, ep, loss0)

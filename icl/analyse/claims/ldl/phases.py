@@ -68,7 +68,10 @@ def phases_claim(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
                       reason=why + " (every L traces one curve, so no L can show other phases)")]
     if df["L_star"].isna().all() or "n_phases" not in df or df["attn_own_final"].isna().all():
         return [s.row(cid, NOT_TESTABLE, prediction="flat: 2, sharp: 3", measurement="no own attention traced",
-                      reason="phases are counted on the own-feature logit, which continuous tokens do not have")]
+                      reason="phases are counted on the own-feature logit, which continuous tokens do not have "
+                             "(App. A reads them off the loss curve by eye; a count there needs the trace Props. 2-4 "
+                             "predict, to measure the counter's power on, and they predict one for discrete features "
+                             "only)")]
     keep, note = phase_runs(df)
     reg = regimes(keep, choices.lstar)
     rows = []
