@@ -87,7 +87,7 @@ def faster_with_L(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
         note = "; ".join(f"{count(n, 'run')} {w}" for w, n in counts.items())
         per = ", ".join(f"{int(k)}: {v:+.2f}" for k, v in slopes.items())
         med = here.assign(T=here[TCOL].astype(float)).groupby("L")["T"].median()
-        meas = join(f"T (epochs, median over seeds) by L: " + ", ".join(f"{L:g}: {fmt(T)}" for L, T in med.items())
+        meas = join(f"{_kind(here)} under {', '.join(sorted(set(here['optimizer'].astype(str))))}; T (epochs, median over seeds) by L: " + ", ".join(f"{L:g}: {fmt(T)}" for L, T in med.items())
                     + (f"; slope per seed {per}" if per else ""), note)
         if (few := too_few_seeds(len(slopes))):
             v, why = judge(math.nan, math.nan, BAND, choices, "the slope", no_interval=few)
