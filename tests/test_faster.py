@@ -111,3 +111,8 @@ def test_the_time_is_where_the_loss_crosses_half_of_uniform_attentions():
     loss = 3 * u * np.exp(-ep / tau)
     t = crossing_time((loss / u)[None, :], ep, 0.5).to_numpy(float)[0]
     assert t == pytest.approx(tau * math.log(6.0), rel=1e-9)
+
+
+def test_a_setting_with_one_L_reads_not_testable_once():
+    (row,) = faster_with_L(Setting("block", "", runs({1.5: COSINE[1.5]})))
+    assert row["verdict"] == NOT_TESTABLE and row["reason"] == "one value of L in this setting: no order to read"

@@ -67,6 +67,9 @@ def faster_with_L(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     reading the seeds allow, does not hold where it is slower."""
     df = s.runs
     pred = f"slope of log T on log L {BAND.text()} (T: the epoch the loss reaches {LEVEL})"
+    if df["L"].nunique() < 2:
+        return [s.row(CID, NOT_TESTABLE, prediction=pred, measurement=f"L = {', '.join(f'{L:g}' for L in df['L'].unique())}",
+                      reason="one value of L in this setting: no order to read")]
     if (why := scale_identity(df)):
         return [s.row(CID, NOT_TESTABLE, prediction=pred, measurement="—", reason=why)]
     if (why := design_fixed(df, "the crossing time's order in L")):
