@@ -71,16 +71,62 @@ def test_no_order_is_inconclusive_and_four_seeds_give_no_interval():
     assert r4["flat"]["verdict"] == UNSURE and "4 seeds: an interval over seeds needs at least 5" in r4["flat"]["reason"]
 
 
-def test_a_run_that_never_reached_the_level_counts_at_its_windows_end():
-    """L = 2 never reaching half of uniform attention's loss is a slower L, not a missing one: the
-    seed's slope is read with T = the window (a bound that moves it toward 0)."""
+def test_a_run_that_never_reached_the_level_counts_at_its_windows_end_and_must_not_decide():
+    """L = 2 never reaching half of uniform attention's loss (it did not learn) is read at the window's
+    end; the verdict stands only where it is the same with those runs left out."""
     times = {L: list(ts) for L, ts in COSINE.items()}
     times[2.0] = [math.nan] * 5
     r = rows_by_regime(runs(times, epochs=60))
     assert "5 runs never reached half of uniform attention's loss (counted at the window's end)" in r["sharp"]["measurement"]
     per = [np.polyfit(np.log([1.0, 1.5, 2.0]), np.log([COSINE[1.0][s], COSINE[1.5][s], 60.0]), 1)[0] for s in range(5)]
     assert r["sharp"]["value"] == pytest.approx(np.mean(per), rel=1e-9)
+    # counted at the window's end it does not hold; from L = 1 and 1.5 alone the interval reaches below 0
+    assert r["sharp"]["verdict"] == UNSURE and "the runs that never reached" in r["sharp"]["reason"]
+    assert "'does not hold', left out 'inconclusive'" in r["sharp"]["reason"]
+    # where the runs that learned say the same on their own, the verdict stands
+    times[1.5] = COSINE[2.0]
+    r = rows_by_regime(runs(times, epochs=60))
     assert r["sharp"]["verdict"] == FAILS
+
+
+def test_a_seed_needs_two_values_of_L_that_reached_the_level():
+    times = {L: list(ts) for L, ts in COSINE.items()}
+    times[1.5] = [math.nan] * 5
+    times[2.0] = [math.nan, math.nan, 31.2, 32.8, 25.0]       # seeds 0 and 1: only L = 1 reached it
+    r = rows_by_regime(runs(times, epochs=60))
+    assert "slope per seed 2: " in r["sharp"]["measurement"] and "slope per seed 0" not in r["sharp"]["measurement"]
+    assert r["sharp"]["verdict"] == UNSURE and "3 seeds: an interval over seeds needs at least 5" in r["sharp"]["reason"]
+    times[2.0] = [math.nan] * 5
+    r = rows_by_regime(runs(times, epochs=60))
+    assert r["sharp"]["verdict"] == NOT_TESTABLE and "no seed has two values of L" in r["sharp"]["reason"]
+
+
+def test_a_crossing_at_the_first_logged_epoch_is_fast_not_never():
+    times = {L: list(ts) for L, ts in COSINE.items()}
+    times[2.0] = [0.0] * 5
+    r = rows_by_regime(runs(times))
+    assert "5 runs crossed within 5 steps and are left out" in r["sharp"]["measurement"]
+    assert "never reached half" not in r["sharp"]["measurement"]
+    assert r["sharp"]["measurement"].split("by L: ")[1].split(";")[0] == "1: 17.9, 1.5: 22.3"     # L = 2 not fitted
+
+
+def test_times_that_follow_the_scale_identity_are_not_evidence():
+    """softmax_q under GD with T·ηL² constant within the seeds' spread and label differences ∝ L²
+    (a small frequency): L acts as a scale (identities.approx_identity), so the order is not tested."""
+    g = np.random.default_rng(3)
+    Ls = (0.1, 0.2, 0.4)
+    times = {L: list(12.0 / L ** 2 * np.exp(0.05 * g.standard_normal(5))) for L in Ls}
+    df = runs(times, kind="softmax_q", opt="gd", split=1.0)
+    df["c"] = df["L"]                                   # the shape family: no exact scale identity
+    df["clock_per_epoch"] = 0.3 * df["lr"] * df["L"] ** 2
+    (row,) = [r for r in faster_with_L(Setting("softmax_q", "", df)) if r["group"] == "flat"]
+    assert row["verdict"] == NOT_TESTABLE and "approximate scale identity" in row["reason"]
+
+
+def test_without_a_split_the_order_is_not_testable():
+    df = runs(POLY, task="polynomial").assign(L_split=math.nan)
+    (row,) = faster_with_L(Setting("block", "", df))
+    assert row["verdict"] == NOT_TESTABLE and "no flat/sharp split" in row["reason"]
 
 
 def test_crossings_within_the_resolution_are_left_out():
@@ -116,3 +162,13 @@ def test_the_time_is_where_the_loss_crosses_half_of_uniform_attentions():
 def test_a_setting_with_one_L_reads_not_testable_once():
     (row,) = faster_with_L(Setting("block", "", runs({1.5: COSINE[1.5]})))
     assert row["verdict"] == NOT_TESTABLE and row["reason"] == "one value of L in this setting: no order to read"
+
+
+def test_the_theorems_time_claims_on_continuous_tokens_read_not_testable_under_gd():
+    """Continuous tokens now carry the config's flat/sharp split; a model under GD there reaches the
+    time claims' per-regime branch, which needs K and Δ: they read not testable, naming why."""
+    from icl.analyse.claims.ldl import time_vs_eps, time_vs_L
+    df = runs(POLY, task="polynomial", opt="gd").assign(**{"t_rel_1e-2": 80.0, "t_abs_1e-3": 90.0, "loss0": 1.0})
+    for fn in (time_vs_L, time_vs_eps):
+        (row,) = fn(Setting("block", "", df))
+        assert row["verdict"] == NOT_TESTABLE and "continuous tokens have neither" in row["reason"]

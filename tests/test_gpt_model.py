@@ -274,6 +274,15 @@ def test_the_query_loss_is_logged_beside_the_objective(tmp_path):
     runs, paths = _experiment(tmp_path, {"kind": "discrete", "d": 4, "K": 3, "delta": 2.0})
     sh = train_shard(runs, paths, str(tmp_path / "s.npz"))
     summ = summary_table(sh).set_index("run_id")
+    # the time to half of uniform attention's loss is read at the query, where that loss is measured:
+    # a query trace falling linearly from 2x to 0.1x of it crosses ½ at 15/19 of the way, whatever the
+    # objective (the mean over positions) does
+    E = sh["trace_query_loss"].shape[1]
+    fake = dict(sh, trace_query_loss=sh["uniform_train_loss"][:, None] * np.linspace(2.0, 0.1, E)[None, :])
+    t = summary_table(fake)["t_unif_5e-1"].to_numpy(float)
+    cross = 1.5 / 1.9 * (E - 1)
+    assert np.all(np.floor(cross) <= t) and np.all(t <= np.ceil(cross))
+    assert summ["t_unif_5e-1"].isna().all()       # the runs themselves stay above it at the query
     m = GPT(runs[0]["spec"]["model"], 4)
     params = {k[len("param_"):]: torch.from_numpy(v).double() for k, v in sh.items() if k.startswith("param_")}
     for r, run in enumerate(runs):

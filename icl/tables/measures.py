@@ -244,8 +244,9 @@ def summary_table(sh: dict) -> pd.DataFrame:
             summ[f"attn_at_{col}"] = at_times(own, t_ep, summ[col].to_numpy(float, na_value=np.nan))
     unif = summ["uniform_train_loss"].to_numpy(float)
     unif = np.where(np.isfinite(unif), unif, loss0)     # uniform attention's loss, loss₀ where it was not measured
+    at_query = sh["trace_query_loss"] if wider else tl   # where uniform attention's loss is measured
     for x in UNIF_THRESHOLDS:
-        summ[_tname("t_unif", x)] = crossing_time(tl / unif[:, None], t_ep, x)
+        summ[_tname("t_unif", x)] = crossing_time(at_query / unif[:, None], t_ep, x)
     if K and "tokens_K" in sh:
         level = np.full(R, 1.0 / (1.0 + delta_conc(int(sh["tokens_K"]), int(sh["prompts_N"]))))
         summ["t_phase_one"] = level_time(own, t_ep, level)

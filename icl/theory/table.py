@@ -25,7 +25,7 @@ EPS = 1e-2   # the theorems' absolute accuracy ε used for T_star (unit constant
 def ldl_rows(plan_runs: list[dict], flat_max_L: float | None = None, mean_field: frozenset = frozenset()) -> pd.DataFrame:
     """LDL's predictions per run: L*, the flat/sharp split every table and figure uses (`L_split`,
     icl.theory.ldl.split: the config's report.flat_max_L, else L*; on continuous tokens only the
-    config's, they have no L*) and the regime it gives, the
+    config's split, with no regime: they have no L*) and the regime it gives, the
     time scales at unit constants, the collapse clock's rate, Eq. 4's label gap measured
     (`eq4_ratio`), and for softmax_q under GD how large
     one step is against the population loss's curvature (`mf_step`, icl.theory.ldl.mean_field_step:
@@ -49,9 +49,9 @@ def ldl_rows(plan_runs: list[dict], flat_max_L: float | None = None, mean_field:
                        n_phases_pred=ldl.predicted_phases(reg), clock_per_epoch=clock_per_epoch(s),
                        mf_step=mean_field_step(s, memo, mean_field), eq4_ratio=eq4_ratio(s))
         elif family(task["kind"]).ldl and flat_max_L is not None:
-            # continuous tokens have no L* (no Δ, no δ); the config's split is the paper's two sets (App. A)
-            reg = "flat" if task["L"] <= flat_max_L else "sharp"
-            row.update(regime=reg, L_split=float(flat_max_L), n_phases_pred=ldl.predicted_phases(reg))
+            # continuous tokens have no L* (no Δ, no δ) and no predicted phases: only the config's split of
+            # L into the paper's two sets (App. A), which ldl.faster_with_L reads per set
+            row.update(L_split=float(flat_max_L))
         rows.append(row)
     df = pd.DataFrame(rows)
     df["n_phases_pred"] = df["n_phases_pred"].astype("Int64")

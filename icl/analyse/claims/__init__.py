@@ -19,7 +19,7 @@ CLAIMS = {
     "ldl.phase_one": "Phase I ends at T1 = Θ(K log K/(ηL²Δ²)), own attention Ω(1/(1+δ)) by then (Prop. 2)",
     "ldl.phases": "two phases in the flat regime, three in the sharp",
     "ldl.time_vs_L": "convergence time T ∝ 1/L² at fixed η (GD)",
-    "ldl.faster_with_L": "a larger L converges faster, within each regime (§6 on the cosine; App. A on random quadratics, \"for a broader class of nonlinear functions\")",
+    "ldl.faster_with_L": "a larger L converges faster: in the flat set on the cosine (§6), within both regimes on random quadratics (App. A: \"the role of the Lipschitz constant\" beyond the cosine)",
     "ldl.time_vs_eps": "T grows as log(1/ε) in the flat regime and as 1/ε in the sharp (GD)",
     "ldl.transition_at_Lstar": "a transition at L* = 1/(Δδ)",
     "ldl.step_size": "the flat regime tolerates larger steps",

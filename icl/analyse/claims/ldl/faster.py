@@ -1,25 +1,27 @@
 """A larger L converges faster, within each regime: the order LDL's experiments state (§6 on the
-cosine: "the convergence time shortens with increasing L"; App. A on random quadratics: "within
-both regimes, a larger Lipschitz constant L consistently results in faster convergence of the
-prediction loss"), for whatever model and optimiser trained, not Theorems 1-2's rate (that is
-ldl.time_vs_L, GD's T ∝ 1/L²).
+cosine, of the flat set: "the convergence time shortens with increasing L"; App. A on random
+quadratics: "within both regimes, a larger Lipschitz constant L consistently results in faster
+convergence of the prediction loss"), for whatever model and optimiser trained, not Theorems 1-2's
+rate (that is ldl.time_vs_L, GD's T ∝ 1/L²).
 
-The time is `t_unif_5e-1` (icl.tables.measures): the epoch at which the training loss first falls to
-half of uniform attention's on the run's own prompts, what averaging the context labels gives and
-so what any L's labels scale with. Per seed and regime, the slope of log T on log L over the
-regime's values of L; predicted: below 0. The seeds are the units: the mean slope with its
-Student-t interval over at least MIN_SEEDS seeds, against (−∞, 0]. A run that never reached the
-level counts at its window's end, a bound on its time that moves its seed's slope toward 0 (the
-side that decides neither way); a seed with no run of the regime that reached it has no slope. Runs
-that crossed within RESOLUTION optimisation steps (the step, not the dynamics, set the time) are
-left out and counted.
+The time is `t_unif_5e-1` (icl.tables.measures): the epoch at which the training loss (at the query)
+first falls to half of uniform attention's on the run's own prompts, what averaging the context
+labels gives and so what any L's labels scale with. Per seed and regime, the slope of log T on log L
+over the regime's values of L; predicted: below 0. The seeds are the units: the mean slope with its
+Student-t interval over at least MIN_SEEDS seeds, against (−∞, 0]. A seed has a slope where at least
+two of its values of L reached the level (half of uniform attention's loss is the learning gate, so
+those runs learned); its runs that never did count at the window's end, a bound on their time, and
+a verdict stands only where it is the same with them left out (else inconclusive, naming them).
+Runs that crossed within RESOLUTION optimisation steps (the step, not the dynamics, set the time)
+are left out and counted.
 
 Under Adam the step does not grow with the gradient, so a row there tests the order the
 experiments state, not the reason §6 gives for it ("stronger gradient updates").
 
 Not testable where an identity fixes the order: softmax_q on labels ∝ L (GD at (η, L) is GD at
-(ηL², 1); Adam traces one relative curve), and a step that the experiment's rule sets per L
-(lr_rule: clock)."""
+(ηL², 1); Adam traces one relative curve), the same approximately within a regime
+(identities.approx_identity: T·ηL² constant within the seeds' spread), and a step that the
+experiment's rule sets per L (lr_rule: clock)."""
 from __future__ import annotations
 
 import math
@@ -28,9 +30,9 @@ import numpy as np
 import pandas as pd
 
 from icl.analyse import fits
-from icl.analyse.claims import FAILS, NOT_TESTABLE, count, fmt
+from icl.analyse.claims import FAILS, NOT_TESTABLE, UNSURE, count, fmt
 from icl.analyse.claims.judge import Band, Choices, DEFAULT, join, judge, too_few_seeds
-from icl.analyse.claims.ldl.identities import _kind, _of, design_fixed, regimes, scale_identity
+from icl.analyse.claims.ldl.identities import _kind, _of, approx_identity, design_fixed, regimes, scale_identity
 from icl.analyse.claims.ldl.setting import RESOLUTION, Setting
 from icl.stats import mean_interval
 
@@ -40,31 +42,46 @@ LEVEL = "half of uniform attention's loss"
 BAND = Band(-math.inf, 0.0, floor=-math.inf, source="the order the claim states: a larger L takes less time")
 
 
-def seed_slopes(g: pd.DataFrame) -> tuple[pd.Series, dict[str, int]]:
-    """Per seed, the OLS slope of log T on log L over `g`'s runs (one regime of one setting), and
-    how many runs were left out or bounded, by reason. A run that never reached the level counts at
-    its window's end (`epochs`); runs that crossed within RESOLUTION steps are left out."""
+SOURCE = {"flat": "§6 (the cosine's flat set) and App. A",
+          "sharp": "App. A (\"within both regimes\", on random quadratics)"}
+
+
+def seed_slopes(g: pd.DataFrame, censored: bool = True) -> tuple[pd.Series, dict[str, int], pd.Series]:
+    """Per seed with at least two values of L that reached the level, the OLS slope of log T on
+    log L over `g`'s runs (one regime of one setting); how many runs were left out or bounded, by
+    reason; and the time each kept run is read at (a run that never reached the level at its
+    window's end, `epochs`, where `censored`, else left out). Runs that crossed within RESOLUTION
+    steps are left out."""
     t = g[TCOL].astype(float)
-    never = ~(t > 0)
+    never = t.isna()
     fast = ~never & ~fits.resolved(g, TCOL)
-    t = t.where(~never, g["epochs"].astype(float))
-    keep = g.assign(T=t)[~fast]
+    T = t.where(~never, g["epochs"].astype(float))[~fast & (censored | ~never)]
+    kept = g.loc[T.index]
+    reached = kept[kept[TCOL].notna()].groupby("seed")["L"].nunique()
     out = {}
-    for seed, s in keep.groupby("seed"):
-        s = s[s["L"].astype(float) > 0]
-        if s["L"].nunique() < 2 or not (s[TCOL].astype(float) > 0).any():
-            continue          # one L, or no run of the seed that reached the level: no slope
-        out[seed] = fits._ols_slope(np.log(s["L"].to_numpy(float)), np.log(s["T"].to_numpy(float)))
-    counts = {f"never reached {LEVEL} (counted at the window's end)": int(never.sum()),
-              f"crossed within {RESOLUTION} steps and are left out": int(fast.sum())}
-    return pd.Series(out, dtype=float), {w: n for w, n in counts.items() if n}
+    for seed, s in kept.groupby("seed"):
+        if reached.get(seed, 0) >= 2:
+            out[seed] = fits._ols_slope(np.log(s["L"].to_numpy(float)), np.log(T[s.index].to_numpy(float)))
+    counts = {f"never reached {LEVEL} ({'counted at the window' + chr(39) + 's end' if censored else 'left out'})":
+              int(never.sum()), f"crossed within {RESOLUTION} steps and are left out": int(fast.sum())}
+    return pd.Series(out, dtype=float), {w: n for w, n in counts.items() if n}, T
+
+
+def _judged(slopes: pd.Series, choices: Choices) -> tuple[str, str, float, float, float]:
+    """(verdict, reason, mean, lo, hi) of the seeds' slopes against BAND."""
+    if (few := too_few_seeds(len(slopes))):
+        v, why = judge(math.nan, math.nan, BAND, choices, "the slope", no_interval=few)
+        return v, why, float(slopes.mean()) if len(slopes) else math.nan, math.nan, math.nan
+    m, lo, hi = mean_interval(slopes.to_numpy())
+    return (*judge(lo, hi, BAND, choices, "the mean slope"), m, lo, hi)
 
 
 def faster_with_L(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """Per regime (flat, sharp), the mean over seeds of the per-seed slope of log T on log L, T the
     epoch the training loss first fell to half of uniform attention's, with its 95% Student-t
-    interval (at least 5 seeds), against (−∞, 0]: it holds where larger L is faster on every
-    reading the seeds allow, does not hold where it is slower."""
+    interval (at least 5 seeds, each with two values of L that reached it), against (−∞, 0]: it
+    holds where larger L is faster, does not hold where it is slower, in both cases with the runs
+    that never reached the level counted at the window's end and left out alike."""
     df = s.runs
     pred = f"slope of log T on log L {BAND.text()} (T: the epoch the loss reaches {LEVEL})"
     if df["L"].nunique() < 2:
@@ -78,33 +95,48 @@ def faster_with_L(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
         return [s.row(CID, NOT_TESTABLE, prediction=pred, measurement="—",
                       reason="the tables have no time to half of uniform attention's loss (tables made before it)")]
     reg = regimes(df, choices.lstar)
+    if reg.isna().all():
+        return [s.row(CID, NOT_TESTABLE, prediction=pred, measurement="—",
+                      reason="no flat/sharp split: continuous tokens have no L*, and the config sets no report.flat_max_L")]
     rows = []
     for rg in ("flat", "sharp"):
         here = df[reg == rg]
+        p = f"{pred}, as {SOURCE[rg]} state"
         if here["L"].nunique() < 2:
-            rows.append(s.row(CID, NOT_TESTABLE, group=rg, prediction=pred, measurement=f"{here['L'].nunique()} "
+            rows.append(s.row(CID, NOT_TESTABLE, group=rg, prediction=p, measurement=f"{here['L'].nunique()} "
                               f"value(s) of L in the {rg} regime",
                               reason=f"fewer than two values of L in the {rg} regime: no order to read"))
             continue
-        slopes, counts = seed_slopes(here)
+        slopes, counts, T = seed_slopes(here)
         note = "; ".join(f"{count(n, 'run')} {w}" for w, n in counts.items())
+        never = here[TCOL].isna().groupby(here["L"]).sum()
+        med = T.groupby(here.loc[T.index, "L"]).median()
         per = ", ".join(f"{int(k)}: {v:+.2f}" for k, v in slopes.items())
-        med = here.assign(T=here[TCOL].astype(float)).groupby("L")["T"].median()
-        meas = join(f"{_kind(here)} under {', '.join(sorted(set(here['optimizer'].astype(str))))}; T (epochs, median over seeds) by L: " + ", ".join(f"{L:g}: {fmt(T)}" for L, T in med.items())
+        meas = join(f"{_kind(here)} under {', '.join(sorted(set(here['optimizer'].astype(str))))}; T (epochs, median "
+                    f"over seeds, a run that never reached the level at its window's end) by L: "
+                    + ", ".join(f"{L:g}: {fmt(T)}" + (f" ({int(never[L])} never)" if never.get(L, 0) else "")
+                                for L, T in med.items())
                     + (f"; slope per seed {per}" if per else ""), note)
-        if (few := too_few_seeds(len(slopes))):
-            v, why = judge(math.nan, math.nan, BAND, choices, "the slope", no_interval=few)
-            rows.append(s.row(CID, v, group=rg, prediction=pred, value=float(slopes.mean()) if len(slopes) else math.nan,
-                              measurement=meas, reason=why))
+        if not len(slopes):
+            rows.append(s.row(CID, NOT_TESTABLE, group=rg, prediction=p, measurement=meas,
+                              reason=f"no seed has two values of L whose runs reached {LEVEL} after {RESOLUTION} "
+                                     f"steps or more: no run here times the order"))
             continue
-        m, lo, hi = mean_interval(slopes.to_numpy())
-        v, why = judge(lo, hi, BAND, choices, "the mean slope")
+        if (why := approx_identity(here[here[TCOL].notna()], TCOL)):
+            rows.append(s.row(CID, NOT_TESTABLE, group=rg, prediction=p, measurement=meas, reason=why))
+            continue
+        v, why, m, lo, hi = _judged(slopes, choices)
+        if int(here[TCOL].isna().sum()) and v != UNSURE:
+            v2, _, m2, lo2, hi2 = _judged(seed_slopes(here, censored=False)[0], choices)
+            if v2 != v:
+                v, why = UNSURE, (f"the runs that never reached {LEVEL} decide it: counted at the window's end it "
+                                  f"reads '{v}', left out '{v2}' ({fmt(m2)} [{fmt(lo2)}, {fmt(hi2)}])")
         if v == FAILS:
             why += f": in the {rg} regime a larger L took longer to reach {LEVEL}"
             if not _of(df, "mean_field"):
                 why += (f"; LDL's own dynamics (Lemma 2's mean-field flow) are softmax_q's under GD, so whether "
                         f"they disagree too cannot be read for {_kind(df)}")
-        rows.append(s.row(CID, v, group=rg, prediction=pred, value=m, ci_lo=lo, ci_hi=hi, reason=why,
-                          measurement=join(meas, f"mean {m:+.2f} [{fmt(lo)}, {fmt(hi)}] (95% Student-t interval "
-                                                 f"over {len(slopes)} seeds)")))
+        if math.isfinite(lo):
+            meas = join(meas, f"mean {m:+.2f} [{fmt(lo)}, {fmt(hi)}] (95% Student-t interval over {len(slopes)} seeds)")
+        rows.append(s.row(CID, v, group=rg, prediction=p, value=m, ci_lo=lo, ci_hi=hi, reason=why, measurement=meas))
     return rows

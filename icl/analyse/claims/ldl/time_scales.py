@@ -65,6 +65,10 @@ def _time_ready(s: Setting, cid: str) -> list[dict] | None:
         return [_not_gd(s, cid)]
     if (why := scale_identity(s.runs)):
         return [s.row(cid, NOT_TESTABLE, prediction="—", measurement="—", reason=why)]
+    if "K" not in s.runs or s.runs["K"].isna().any():
+        return [s.row(cid, NOT_TESTABLE, prediction="—", measurement="—",
+                      reason="the theorems' time scales are stated for K discrete features at distance Δ; continuous "
+                             "tokens have neither (App. A's order in L is ldl.faster_with_L)")]
     return None
 
 
