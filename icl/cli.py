@@ -234,7 +234,8 @@ def main(argv=None) -> None:
     s.add_argument("--out", required=True)
     s.add_argument("--processes", type=int, default=1, help="draw the figures in this many processes (default 1)")
     s.add_argument("--benchmarks", nargs="*", default=None,
-                   help="Snakemake benchmark files of the jobs before the report, for its timing table")
+                   help="Snakemake benchmark files of the jobs before the report, for its timing table "
+                        "(or their folder, logs/<experiment>/benchmark)")
     s.add_argument("--paper", nargs="?", const="", default="",
                    help="config/paper.yaml: the headline quotes its sizes for this experiment where they differ")
     s.set_defaults(fn=cmd_report)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from icl.jobs.timing import benchmark_files, timing_table
+from icl.jobs.timing import benchmark_files, benchmark_table, timing_table
 
 HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 
@@ -53,3 +53,14 @@ def test_the_command_says_what_it_left_out(logs):
     assert out.returncode == 0, out.stderr
     assert f"{sum(now.values()):.1f} s training jobs" in out.stdout
     assert "left out: 6 benchmark files of shards the plans no longer have" in out.stdout
+
+
+def test_a_benchmark_folder_is_read_as_its_files_and_a_wrong_path_is_named(logs):
+    """icl report --benchmarks takes the files Snakemake passes, or the folder a person types."""
+    tmp, _, _ = logs
+    folder = tmp / "logs/zfb_gpt/benchmark"
+    files = sorted(str(p) for p in folder.rglob("*.tsv"))
+    assert benchmark_table([str(folder)]).equals(benchmark_table(files))
+    assert benchmark_table([str(folder)])["jobs"].sum() == len(files)
+    with pytest.raises(RuntimeError, match="results/zfb_gpt/plan.json: not a Snakemake benchmark file"):
+        benchmark_table([str(tmp / "results/zfb_gpt/plan.json")])

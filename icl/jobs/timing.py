@@ -36,6 +36,9 @@ def benchmark_files(logs: str = "logs", experiment: str | None = None,
 def _job(path: str) -> tuple[str, str, str | None]:
     """(experiment, step, shard or None) of logs/<experiment>/benchmark/<step>.tsv or <step>/<shard>.tsv."""
     parts = os.path.normpath(path).split(os.sep)
+    if "benchmark" not in parts[:-1] or parts.index("benchmark") == 0 or not path.endswith(".tsv"):
+        raise RuntimeError(f"{path}: not a Snakemake benchmark file (logs/<experiment>/benchmark/<step>.tsv, "
+                           f"or <step>/<shard>.tsv), nor a folder of them")
     at = len(parts) - 1 - parts[::-1].index("benchmark")
     return parts[at - 1], parts[at + 1].removesuffix(".tsv"), (parts[-1].removesuffix(".tsv") if len(parts) - at > 2 else None)
 
@@ -54,6 +57,8 @@ def benchmark_table(paths) -> pd.DataFrame:
     measured it over the job's processes: RSS summed (pages a forked worker shares with its parent
     counted in each) and PSS (each shared page split among its sharers: the job's own)."""
     rows = []
+    paths = [f for p in paths for f in (sorted(glob.glob(os.path.join(p, "**", "*.tsv"), recursive=True))
+                                        if os.path.isdir(p) else [p])]     # a folder: the files under it
     for path in paths:
         exp, step, _ = _job(path)
         try:
