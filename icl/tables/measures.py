@@ -242,18 +242,17 @@ def summary_table(sh: dict) -> pd.DataFrame:
             col = _tname(prefix, x)
             summ[col] = crossing_time(series, t_ep, x)
             summ[f"attn_at_{col}"] = at_times(own, t_ep, summ[col].to_numpy(float, na_value=np.nan))
-    unif = summ["uniform_train_loss"].to_numpy(float)
-    unif = np.where(np.isfinite(unif), unif, loss0)     # uniform attention's loss, loss₀ where it was not measured
+    ref = summ["uniform_train_loss"].to_numpy(float)
+    ref = np.where(np.isfinite(ref), ref, loss0)        # uniform attention's loss, loss₀ where it was not measured
     at_query = sh["trace_query_loss"] if wider else tl   # where uniform attention's loss is measured
     for x in UNIF_THRESHOLDS:
-        summ[_tname("t_unif", x)] = crossing_time(at_query / unif[:, None], t_ep, x)
+        summ[_tname("t_unif", x)] = crossing_time(at_query / ref[:, None], t_ep, x)
     if K and "tokens_K" in sh:
         level = np.full(R, 1.0 / (1.0 + delta_conc(int(sh["tokens_K"]), int(sh["prompts_N"]))))
         summ["t_phase_one"] = level_time(own, t_ep, level)
     else:
         summ["t_phase_one"] = np.nan
-    ref = summ["uniform_train_loss"].to_numpy(float)
-    found = phase_counts(tl, own, t_ep, np.where(np.isfinite(ref), ref, loss0))
+    found = phase_counts(tl, own, t_ep, ref)
     summ["n_phases"] = pd.array([f.n if f else None for f in found], dtype="Int64")
     summ["phase_ends"] = pd.Series([list(f.ends) if f else [] for f in found], dtype="object")
     summ["phase_noise"] = np.array([f.noise if f else np.nan for f in found], float)   # the counter's power is measured at it
@@ -284,7 +283,7 @@ def summary_table(sh: dict) -> pd.DataFrame:
     if dyn:       # each phase's rate: q on the epochs it was kept on (the trace's every epoch, or the logged ones)
         q_ep = t_ep if "trace_q_features" in sh else ep
         ends = [[0.0, *(f.ends if f else []), float(t_ep[phase_window(l, r)])]
-                for f, l, r in zip(found, tl, np.where(np.isfinite(ref), ref, loss0))]
+                for f, l, r in zip(found, tl, ref)]
         summ["qoff_phase_rates"] = pd.Series(phase_rates(q, q_ep, ends), dtype="object")
     else:
         summ["qoff_phase_rates"] = pd.Series([[] for _ in range(R)], dtype="object")

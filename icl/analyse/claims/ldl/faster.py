@@ -40,8 +40,6 @@ CID = "ldl.faster_with_L"
 TCOL = "t_unif_5e-1"
 LEVEL = "half of uniform attention's loss"
 BAND = Band(-math.inf, 0.0, floor=-math.inf, source="the order the claim states: a larger L takes less time")
-
-
 SOURCE = {"flat": "§6 (the cosine's flat set) and App. A",
           "sharp": "App. A (\"within both regimes\", on random quadratics)"}
 
@@ -62,8 +60,9 @@ def seed_slopes(g: pd.DataFrame, censored: bool = True) -> tuple[pd.Series, dict
     for seed, s in kept.groupby("seed"):
         if reached.get(seed, 0) >= 2:
             out[seed] = fits._ols_slope(np.log(s["L"].to_numpy(float)), np.log(T[s.index].to_numpy(float)))
-    counts = {f"never reached {LEVEL} ({'counted at the window' + chr(39) + 's end' if censored else 'left out'})":
-              int(never.sum()), f"crossed within {RESOLUTION} steps and are left out": int(fast.sum())}
+    how = "counted at the window's end" if censored else "left out"
+    counts = {f"never reached {LEVEL} ({how})": int(never.sum()),
+              f"crossed within {RESOLUTION} steps and are left out": int(fast.sum())}
     return pd.Series(out, dtype=float), {w: n for w, n in counts.items() if n}, T
 
 

@@ -29,11 +29,6 @@ from icl.theory.ldl import delta_conc
 # the runs' finite prompts sit a few per cent off it (ldl.mean_field measures +0.5 to +7 % in loss)
 AGREE = 0.05
 THEOREM, DYNAMICS = "theorem", "dynamics"
-# the claims whose statistic the flow gives (loss, own attention and their crossings); step_size needs
-# a divergence the bounded loss of a label average never has; offdiag_logits reads the off-diagonal logits
-# per phase, and the flow integrates every S[n, k] but theory_curves keeps only its loss and own attention
-FLOW_CLAIMS = ("ldl.time_vs_eps", "ldl.time_vs_L", "ldl.phase_one", "ldl.phases", "ldl.transition_at_Lstar",
-               "ldl.faster_with_L")
 
 
 def _curves(tc: pd.DataFrame, metric: str, ids) -> tuple[np.ndarray, np.ndarray] | None:
@@ -106,7 +101,10 @@ def agrees(lo: float, hi: float, flo: float, fhi: float, value: float) -> bool:
 def with_flow(rows: list[dict], fn, s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """`rows` (fn's on the runs of s) with the flow's column: flow_value (the balanced flow),
     flow_lo/flow_hi (it and the sampled-count flow), and on a row that does not hold `against` and
-    a reason saying who disagrees."""
+    a reason saying who disagrees. verdicts() calls it for the claims whose statistic the flow gives
+    (loss, own attention and their crossings); not for step_size, which needs a divergence the
+    bounded loss of a label average never has, nor offdiag_logits, which reads the off-diagonal
+    logits per phase while theory_curves keeps only the flow's loss and own attention."""
     key = tuple(s.runs["run_id"])
     for loss in ("mean_field_loss", "mean_field_loss_sampled"):
         if (loss, key) not in s.flows:
