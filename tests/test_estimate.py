@@ -192,3 +192,27 @@ def test_the_device_is_decided_in_one_place():
     probes = sorted(name for name, text in src.items() if "cuda.is_available" in text)
     assert probes == ["runtime.py"], probes
     assert not [name for name, text in src.items() if '.get("device"' in text]
+
+
+def test_a_jobs_work_scales_with_its_runs_epochs_and_llc_steps(gpt_cfg):
+    """The scheduler's priority (train_work): twice the runs or the epochs, twice the work; the LLC's
+    SGLD steps add their epochs' worth; a wider GPT keeps more floats a step, so more work."""
+    from icl.models import MODELS
+    from icl.plan.estimate import llc_epochs, priorities, train_work, WORK_UNIT
+    members = plan(gpt_cfg, "tiny")
+    assert len(members) == 2
+    spec = members[0].spec
+    one = train_work(members[:1])
+    assert train_work(members) == pytest.approx(2 * one)
+    assert one == pytest.approx(50 * 40 * MODELS["gpt"].step_floats(spec))
+    raw = _gpt_raw()
+    raw["experiments"]["tiny"]["train"]["epochs"] = 100
+    assert train_work(plan(validate(raw), "tiny")) == pytest.approx(4 * one)
+    raw["experiments"]["tiny"]["train"]["llc"] = {"points": 4, "chains": 2, "draws": 20, "burnin": 10, "batch": 8}
+    with_llc = plan(validate(raw), "tiny")
+    extra = llc_epochs(with_llc[0].spec)
+    assert extra > 0 and train_work(with_llc) == pytest.approx(4 * one * (100 + extra) / 100)
+    raw["experiments"]["tiny"]["models"][0]["width"] = 32
+    assert train_work(plan(validate(raw), "tiny")) > train_work(with_llc)
+    (shard, p), = priorities(members).items()
+    assert p == pytest.approx(1 + train_work(members) / WORK_UNIT, abs=1e-6)

@@ -442,3 +442,31 @@ def test_a_planner_that_groups_runs_otherwise_rewrites_the_plan(tmp_path):
     shards = {r["shard"] for r in plan()}
     assert len(shards) == 2 and all((tmp_path / f"results/tiny/shards/{s}.npz").exists() for s in shards)
     assert len(pd.read_parquet(tmp_path / "results/tiny/summary.parquet")) == 4
+
+
+def test_the_longest_training_starts_first_on_one_core(tmp_path):
+    """Jobs run longest first: on one core the training jobs run in the order of their work
+    (icl.plan.estimate.priorities), the experiment listed last whose block has 12x the work of the
+    other's first, each plan before the training it unlocks; the light one's jobs follow, none lost."""
+    from conftest import TINY
+    from icl.config import validate
+    from icl.plan.estimate import priorities
+    from icl.plan.shards import plan
+    light = copy.deepcopy(TINY["experiments"]["tiny"])
+    light["train"] = {"epochs": 5, "log_every": 5, "checkpoint_every": 5}
+    heavy = copy.deepcopy(light)
+    heavy["train"] = {"epochs": 30, "log_every": 10, "checkpoint_every": 30}
+    heavy["sweep"] = {"task.L": [0.2, 1.5], "seed": [0, 1, 2, 3]}
+    cfg = {"experiments": {"a_light": light, "b_heavy": heavy}}
+    prio = {(e, s): p for e in cfg["experiments"] for s, p in priorities(plan(validate(copy.deepcopy(cfg)), e)).items()}
+    by_work = sorted(prio, key=prio.get, reverse=True)
+    assert by_work[0][0] == "b_heavy" and len(set(prio.values())) == 4
+    (tmp_path / "two.yaml").write_text(yaml.safe_dump(cfg))
+    targets = [f"results/{e}/summary.parquet" for e in cfg["experiments"]]
+    res = snakemake(tmp_path, *targets, "--cores", "1", "--configfile", str(tmp_path / "two.yaml"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    order = re.findall(r"^\s*(?:local)?rule (\w+):\n(?:\s+\w+: .*\n)*?\s+wildcards: exp=(\w+)(?:, shard=([\w-]+))?",
+                       res.stderr + res.stdout, flags=re.M)
+    assert [(e, s) for rule, e, s in order if rule == "train"] == by_work, order
+    assert [e for rule, e, _ in order if rule == "plan"] == ["b_heavy", "a_light"]
+    assert len(pd.read_parquet(tmp_path / "results/a_light/summary.parquet")) == 8

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from icl import models
 from icl.data import data_spec
 from icl.plan.shards import Run, plan, shape_key, shard_mem_mb, shards, train_threads
 from icl.jobs.runtime import cuda_here, log_epochs, log_grid, pick_device, precision_on, stable_hash
@@ -106,6 +107,29 @@ def llc_epochs(spec: dict) -> float:
     """The LLC's SGLD steps as epochs of training (llc_work over the steps an epoch takes)."""
     steps, size = llc_work(spec)
     return steps * size / Train.of(spec["train"]).steps_per_epoch(spec["prompts"]["train"])
+
+
+WORK_UNIT = 1e9      # floats of step activations per unit of a training job's priority
+
+
+def train_work(members: list[Run]) -> float:
+    """A training job's work, needing no timing: its runs x the prompts each steps through (its
+    epochs, and the LLC's SGLD steps priced as training: llc_epochs) x the floats a prompt's step
+    keeps (the kind's `step_floats`, icl.models.memory). Of the default config's 28 training jobs
+    (2026-11-28, 2 cores: 7-226 s) it puts the five longest first, in their measured order (the
+    GPTs' and ldl_cosine's block, 4.9-5.4 s per 1e9); below 30 s neighbours swap, where start-up
+    and elementwise work rather than the step's activations set a job's time."""
+    spec = members[0].spec
+    per_prompt = models.MODELS[spec["model"]["kind"]].step_floats(spec)
+    return len(members) * (spec["train"]["epochs"] + llc_epochs(spec)) * spec["prompts"]["train"] * per_prompt
+
+
+def priorities(runs: list[Run]) -> dict[str, float]:
+    """Each training job's scheduling priority (shard -> 1 + its work in WORK_UNITs): the longest
+    first, so that on a few cores the long jobs start together and the short ones fill in around
+    them, rather than a long one starting last and holding up the end (2026-11-28: `make run`'s
+    3-layer GPT started at 330 s of 574 and its experiment ended the run)."""
+    return {shard: round(1 + train_work(members) / WORK_UNIT, 6) for shard, members in shards(runs).items()}
 
 
 def startup_seconds() -> float:

@@ -46,6 +46,23 @@ def train_threads(exp):
     return train_threads(len(shard_names(exp)))
 
 
+PRIORITIES = {}
+
+
+def train_priority(exp, shard):
+    """A training job's priority, above 1 by its work (icl.plan.estimate.priorities): on a few
+    cores the longest jobs start first and the short ones fill in around them."""
+    if exp not in PRIORITIES:
+        from icl.plan.estimate import priorities
+        PRIORITIES[exp] = priorities(PLANS[exp])
+    return PRIORITIES[exp][shard]
+
+
+def plan_priority(exp):
+    """An experiment's plan and stamps: above its longest training job, which waits on them."""
+    return round(1 + max(train_priority(exp, s) for s in shard_names(exp)), 6)
+
+
 def shard_mem_mb(exp, shard):
     from icl.plan.shards import shard_mem_mb
     return shard_mem_mb([r for r in PLANS[exp] if r.shard == shard])

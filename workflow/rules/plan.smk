@@ -12,6 +12,7 @@ rule stamp:
         value=lambda w: shlex.quote(stamp_value(w.exp, w.what)),
     wildcard_constraints:
         what="code|evaluate",
+    priority: lambda w: plan_priority(w.exp)
     log:
         "logs/{exp}/stamp_{what}.log",
     conda:
@@ -28,6 +29,7 @@ rule plan:
         spec=lambda w: experiment_spec(w.exp),
         code=code_trigger(),
         shards=lambda w: shard_assignment(w.exp),     # a newer planner that groups runs otherwise rewrites the plan
+    priority: lambda w: plan_priority(w.exp)    # before the training it unlocks, the longest's first
     benchmark:
         "logs/{exp}/benchmark/plan.tsv"
     log:

@@ -11,7 +11,7 @@ rule train:
     output:
         "results/{exp}/shards/{shard}.npz",
     threads: lambda w: train_threads(w.exp),
-    priority: 1                 # before theory, which needs no training and never holds up the tables
+    priority: lambda w: train_priority(w.exp, w.shard)    # longest first, all above theory's 0
     resources:
         mem_mb=lambda w: shard_mem_mb(w.exp, w.shard),
     benchmark:
