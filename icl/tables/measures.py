@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from icl.tables.phases import logit, phases
+from icl.tables.phases import logit, noise_level, phases
 from icl.theory.ldl import delta_conc
 
 REL_THRESHOLDS = (1e-1, 1e-2, 1e-3)
@@ -24,12 +24,45 @@ PHASE_WINDOW = 1e-3    # phases are counted until the loss first falls to this s
 MEMORISES = 0.05       # test loss up by this share from its lowest while the train loss fell by as much
 ESCAPE = 0.5           # t_escape: the query's error below this share of predicting 0's
 ESCAPE_WINDOW = 0.01   # ... averaged over a trailing window of this share of the epochs (at least 1)
+NOISE_TARGET = 0.05    # a crossing is read on the loss averaged until its noise is this much (log units) ...
+MAX_WINDOW = 0.1       # ... over at most this share of the epochs
 
 
 LLC_STATUS = {0: "ok", 1: "diverged", 2: "not stationary", 3: "negative: not at a local minimum",
               4: "the run diverged in training"}   # icl.train.llc's chain check
 LLC_SMOOTH = 0.1       # decades: λ̂ is smoothed against log10 t by a Gaussian kernel of this width ...
 LLC_SWING = 2.0        # ... and a critical point counts where λ̂ turns by more than this many standard errors
+
+
+def denoise_windows(loss: np.ndarray) -> np.ndarray:
+    """Per run, the epochs (odd, at least 1) whose log-loss a crossing is averaged over: the fewest
+    that bring the trace's epoch-to-epoch noise (noise_level of its log) down to NOISE_TARGET, at
+    most MAX_WINDOW of the epochs. A trace without noise (full-batch GD on fixed prompts) gets 1."""
+    logs = np.log(np.clip(np.nan_to_num(np.asarray(loss, float), nan=np.inf), 1e-300, np.inf))
+    cap = max(1, int(MAX_WINDOW * loss.shape[1]) // 2 * 2 + 1)
+    out = []
+    for z in logs:
+        z = z[np.isfinite(z)]
+        w = math.ceil((noise_level(z) / NOISE_TARGET) ** 2) if len(z) else 1
+        out.append(min(cap, w // 2 * 2 + 1))
+    return np.array(out, int)
+
+
+def denoised(loss: np.ndarray, windows: np.ndarray) -> np.ndarray:
+    """Each run's trace (R, E) as a centred moving geometric mean over its window (denoise_windows),
+    the ends padded with the end values. Read raw, a noisy trace's first epoch below a level is the
+    deepest dip of its noise, not the loss reaching it: with fresh prompts (200 a step in
+    ldl_polynomial: ±20 % from step to step) softmax_q's runs first fell below half of uniform
+    attention's loss at epochs 5-24 by such dips, and averaged over 19 epochs never did."""
+    out = np.array(loss, float, copy=True)
+    for r, w in enumerate(windows):
+        if w > 1:
+            z = np.log(np.clip(out[r], 1e-300, None))
+            h = w // 2
+            padded = np.concatenate([np.full(h, z[0]), z, np.full(h, z[-1])])
+            c = np.concatenate([[0.0], np.cumsum(padded)])
+            out[r] = np.exp((c[w:] - c[:-w]) / w)
+    return out
 
 
 def _tname(prefix: str, x: float) -> str:
@@ -221,7 +254,12 @@ def summary_table(sh: dict) -> pd.DataFrame:
     own = sh["trace_attn_own"] if traced and "trace_attn_own" in sh else \
         (sh["attn_own"] if K else np.full(tl.shape, np.nan))
     loss0 = sh["train_loss"][:, 0]           # the logged loss: on the same prompts as final_train_loss
-    ratio = tl / tl[:, :1]                   # the trace against its own start (fresh prompts: each epoch's own)
+    wider = "test_query_loss" in sh and "trace_query_loss" in sh     # the objective reads more than the query
+    # what crossings are read on: the trace with its noise averaged out, over the noisier trace's window
+    windows = np.maximum(denoise_windows(tl), denoise_windows(sh["trace_query_loss"]) if wider else 1) \
+        if traced else np.ones(R, int)
+    smooth = denoised(tl, windows)
+    ratio = smooth / smooth[:, :1]           # the trace against its own start (fresh prompts: each epoch's own)
     summ = pd.DataFrame({
         "run_id": rid, "loss0": loss0, "final_train_loss": sh["train_loss"][:, -1],
         "final_test_loss": sh["test_loss"][:, -1],
@@ -232,19 +270,19 @@ def summary_table(sh: dict) -> pd.DataFrame:
     # the query's own error where the objective reads more positions (a GPT's `loss: all`, whose logs
     # hold test_query_loss): the references below are at the query. The train side is the state
     # training ended in, the trace's last epoch; elsewhere the objective is the query's error.
-    wider = "test_query_loss" in sh and "trace_query_loss" in sh
     summ["final_query_train_loss"] = sh["trace_query_loss"][:, -1] if wider else summ["final_train_loss"]
     summ["final_query_test_loss"] = sh["test_query_loss"][:, -1] if wider else summ["final_test_loss"]
     for key in ("uniform_train_loss", "uniform_test_loss", "oracle_test_loss"):
         summ[key] = sh[key] if key in sh else np.nan
-    for prefix, xs, series in (("t_rel", REL_THRESHOLDS, ratio), ("t_abs", ABS_THRESHOLDS, tl)):
+    summ["crossing_window"] = windows
+    for prefix, xs, series in (("t_rel", REL_THRESHOLDS, ratio), ("t_abs", ABS_THRESHOLDS, smooth)):
         for x in xs:
             col = _tname(prefix, x)
             summ[col] = crossing_time(series, t_ep, x)
             summ[f"attn_at_{col}"] = at_times(own, t_ep, summ[col].to_numpy(float, na_value=np.nan))
     ref = summ["uniform_train_loss"].to_numpy(float)
     ref = np.where(np.isfinite(ref), ref, loss0)        # uniform attention's loss, loss₀ where it was not measured
-    at_query = sh["trace_query_loss"] if wider else tl   # where uniform attention's loss is measured
+    at_query = denoised(sh["trace_query_loss"], windows) if wider else smooth   # where uniform attention's loss is
     for x in UNIF_THRESHOLDS:
         summ[_tname("t_unif", x)] = crossing_time(at_query / ref[:, None], t_ep, x)
     if K and "tokens_K" in sh:
