@@ -104,6 +104,23 @@ def mean_interval(x, level: float = 0.95) -> tuple[float, float, float]:
     return m, m - h, m + h
 
 
+def welch_interval(x, y, level: float = 0.95) -> tuple[float, float, float]:
+    """(mean(x) - mean(y), lo, hi): the difference of two groups' means (two sets of seeds, each
+    its own) with Welch's interval, ± t·se at the Welch-Satterthwaite degrees of freedom, which
+    keeps its coverage where the groups' spreads differ. NaN bounds where a group has fewer than two."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    d = float(x.mean() - y.mean()) if len(x) and len(y) else math.nan
+    if len(x) < 2 or len(y) < 2:
+        return d, math.nan, math.nan
+    vx, vy = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
+    se = math.sqrt(vx + vy)
+    if se == 0:
+        return d, d, d
+    df = (vx + vy) ** 2 / (vx ** 2 / (len(x) - 1) + vy ** 2 / (len(y) - 1))
+    h = t_quantile(0.5 + level / 2, max(1.0, df)) * se
+    return d, d - h, d + h
+
+
 def _binom_tail(k: int, n: int, p: float, upper: bool) -> float:
     """P(X ≥ k) (upper) or P(X ≤ k) for X ~ Binomial(n, p), summed exactly in log space."""
     if p <= 0.0:

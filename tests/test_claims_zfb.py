@@ -664,6 +664,44 @@ def test_length_spike():
     assert one(rows, "zfb.length_spike", model="gpt_pos") == NOT_TESTABLE
 
 
+def _spike_cells(spikes: dict, N: int = 10, M: int = 20, rng=None) -> pd.DataFrame:
+    """shift.parquet's rows of one model: per seed the error at M = N and at M, their ratio the seed's spike."""
+    rng = rng or np.random.default_rng(0)
+    rows = []
+    for seed, sp in spikes.items():
+        base = float(rng.uniform(0.6, 0.9))            # the GPT's in-distribution errors of the default run
+        rows += [{"seed": seed, "M": N, "mse": base, "mse_se": 0.05 * base},
+                 {"seed": seed, "M": M, "mse": base * sp, "mse_se": 0.05 * base * sp}]
+    return pd.DataFrame(rows)
+
+
+def test_the_spike_comparison_takes_each_models_own_seeds_where_too_few_are_shared():
+    """zfb.length_spike, learned vs no positions, where the learning gate leaves fewer than five seeds
+    with both GPTs (the default run: 6 seeds learned with positions, 5 without, 4 in common): each
+    model's seeds apart, the ratio of their geometric means with Welch's interval on the logs. The
+    default run's spikes read [0.698, 1.73]: inconclusive; spikes twice as large with positions on
+    every seed hold; an arm of four seeds gives no interval."""
+    from icl.analyse.claims.judge import Band, judge
+    from icl.analyse.claims.zfb.positions import unpaired
+    from icl.stats import welch_interval
+    band = Band(1.0, math.inf, source="the order the claim states")
+    learned = {0: 1.27, 1: 1.15, 2: 1.23, 3: 1.48, 4: 2.33, 5: 0.722}
+    none = {1: 1.22, 2: 1.03, 3: 1.34, 5: 0.781, 6: 1.66}
+    st = unpaired(_spike_cells(learned), _spike_cells(none, rng=np.random.default_rng(1)), 10, 20)
+    assert (st.value, st.lo, st.hi) == pytest.approx((1.099, 0.698, 1.731), rel=3e-3)   # the run's, from rounded spikes
+    d = np.log(list(learned.values())).mean() - np.log(list(none.values())).mean()
+    assert st.value == pytest.approx(math.exp(d)) and "6 seeds" in st.text and "5 seeds" in st.text
+    assert (math.log(st.lo), math.log(st.hi)) == pytest.approx(welch_interval(np.log(list(learned.values())),
+                                                                            np.log(list(none.values())))[1:])
+    assert judge(st.lo, st.hi, band, DEFAULT, "ratio")[0] == UNSURE
+    twice = {k: 2 * v for k, v in none.items() if k != 6} | {0: 2.4, 4: 2.2}
+    st = unpaired(_spike_cells(twice), _spike_cells(none), 10, 20)
+    assert st.lo > 1 and judge(st.lo, st.hi, band, DEFAULT, "ratio")[0] == HOLDS
+    four = {k: v for k, v in none.items() if k != 6}
+    assert unpaired(_spike_cells(learned), _spike_cells(four), 10, 20) is None
+    assert unpaired(_spike_cells(learned), _spike_cells(none), 10, 15) is None     # no test at M = 15
+
+
 VAR = (("random_covariance", 1.0), ("random_covariance", 4.0), ("random_covariance", 9.0))
 
 

@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from icl.analyse.claims import FAILS, NOT_TESTABLE, fmt
 from icl.analyse.claims.judge import Band, Choices, DEFAULT, judge
 from icl.analyse.claims.zfb.inputs import WITH_POSITIONS, _z
-from icl.analyse.claims.zfb.setting import Setting, _agg, _ratio_ci
+from icl.analyse.claims.zfb.setting import OverSeeds, Setting, _agg, _ratio_ci
+from icl.stats import MIN_SEEDS, welch_interval
 
 
 def _spike(c: pd.DataFrame, N: int):
@@ -24,11 +26,39 @@ def _spike(c: pd.DataFrame, N: int):
     return float(r[0]), float(sl[0]), int(Ms)
 
 
+def _seed_spikes(c: pd.DataFrame, N: int, Ms: int) -> dict:
+    """Each seed's spike MSE(Ms)/MSE(N) (`_spike` on that seed's rows), where it has both lengths."""
+    out = {}
+    for seed, g in c.groupby("seed"):
+        sp = _spike(g, N)
+        if sp is not None and sp[2] == Ms and sp[0] > 0:
+            out[int(seed)] = sp[0]
+    return out
+
+
+def unpaired(mine: pd.DataFrame, other: pd.DataFrame, N: int, Ms: int) -> OverSeeds | None:
+    """The spike with learned positions over the spike without, where fewer than MIN_SEEDS seeds
+    have both models learned but each model has at least MIN_SEEDS seeds of its own: the ratio of
+    the two sets of seeds' geometric means with Welch's interval on their logs (the seeds of one
+    model are independent of the other's, so the seed stays the unit); None where either has fewer."""
+    a, b = _seed_spikes(mine, N, Ms), _seed_spikes(other, N, Ms)
+    if min(len(a), len(b)) < MIN_SEEDS:
+        return None
+    d, lo, hi = welch_interval(np.log(list(a.values())), np.log(list(b.values())))
+    listed = lambda v: ", ".join(f"{k}: {fmt(x)}" for k, x in sorted(v.items()))      # noqa: E731
+    return OverSeeds(math.exp(d), math.exp(lo), math.exp(hi), text=(
+        f"; fewer than {MIN_SEEDS} seeds have both models learned, so each model's own seeds are judged apart: "
+        f"ratio of geometric means {fmt(math.exp(d))} [{fmt(math.exp(lo))}, {fmt(math.exp(hi))}] (95% Welch interval "
+        f"on the logs; with learned positions, {len(a)} seeds: {listed(a)}; without, {len(b)} seeds: {listed(b)})"))
+
+
 def length_spike(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """GPT with learned positions, in distribution: the error at the longest test length M* in
     (N, 2N] above its value at M = N (ratio of means over runs > 1); and that spike larger than
     with positional: none on the same training data (ratio of the two spikes > 1, paired by N,
-    seed and training law). 95% intervals by the delta method on the test prompts' standard errors."""
+    seed and training law; where fewer than five seeds have both models learned, each model's own
+    seeds apart, Welch's interval on the logs: `unpaired`). 95% intervals by the delta method on the
+    test prompts' standard errors."""
     cid = "zfb.length_spike"
     pred = "error at M > N above its value at M = N with learned positions (random beyond N), not (or less) without"
     pos = s.positional()
@@ -70,6 +100,10 @@ def length_spike(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     q, sq = sp_l[0] / sp_n[0], math.hypot(sp_l[1], sp_n[1])
     lo, hi = q * math.exp(-z * sq), q * math.exp(z * sq)
     st = s.over_seeds(cid, group, q, lo, hi, ratio=True)
+    if st.few and s.seed_values is not None:
+        law = s.pool[(s.pool["model_kind"].isin(WITH_POSITIONS)) & (s.pool.get("positional", pd.Series(index=s.pool.index)) == "none")
+                     & (s.pool["shift"] == "none") & (s.pool["token_kind"] == c["token_kind"].iloc[0]) & (s.pool["d"] == c["d"].iloc[0])]
+        st = unpaired(c, law, N, Ms) or st
     v, why = judge(st.lo, st.hi, band, choices, "the ratio of the two spikes", no_interval=st.few)
     rows.append(s.row(cid, v, group=group, prediction=pred2, value=st.value, ci_lo=st.lo, ci_hi=st.hi,
                       reason=why + (": removing the positions does not shrink the spike" if v == FAILS else ""),
