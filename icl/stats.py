@@ -117,7 +117,7 @@ def welch_interval(x, y, level: float = 0.95) -> tuple[float, float, float]:
     if se == 0:
         return d, d, d
     df = (vx + vy) ** 2 / (vx ** 2 / (len(x) - 1) + vy ** 2 / (len(y) - 1))
-    h = t_quantile(0.5 + level / 2, max(1.0, df)) * se
+    h = t_quantile(0.5 + level / 2, max(1.0, math.floor(df * 100) / 100)) * se    # rounded down: cached, conservative
     return d, d - h, d + h
 
 

@@ -702,6 +702,24 @@ def test_the_spike_comparison_takes_each_models_own_seeds_where_too_few_are_shar
     assert unpaired(_spike_cells(learned), _spike_cells(none), 10, 15) is None     # no test at M = 15
 
 
+def test_the_unpaired_spike_reads_only_the_no_positions_runs_of_the_same_law():
+    """same_law: of the GPTs without positions, those trained on the learned model's law (token kind,
+    d, covariance, scale, task, N) in distribution; another N, another covariance or a shifted test
+    is left out, and two such models give none (their seeds would mix in one seed's spike)."""
+    from icl.analyse.claims.zfb.positions import same_law
+    law = {"token_kind": "gaussian", "d": 3, "covariance": "identity", "scale": np.nan, "task_kind": "linear", "N": 10}
+    c = pd.DataFrame([{**law, "shift": "none", "model": "gpt", "seed": 0}])
+    rows = [{**law, "shift": "none", "model": "gpt_nopos", "seed": k} for k in range(3)]
+    rows += [{**law, "N": 20, "shift": "none", "model": "gpt_nopos", "seed": 0},
+             {**law, "covariance": "random", "shift": "none", "model": "gpt_nopos", "seed": 1},
+             {**law, "shift": "random_covariance", "model": "gpt_nopos", "seed": 2}]
+    pool = pd.DataFrame(rows)
+    got = same_law(pool, c)
+    assert len(got) == 3 and set(got["seed"]) == {0, 1, 2} and (got["N"] == 10).all()
+    two = pd.concat([pool, pd.DataFrame([{**law, "shift": "none", "model": "gpt_nopos_wide", "seed": 0}])])
+    assert same_law(two, c).empty
+
+
 VAR = (("random_covariance", 1.0), ("random_covariance", 4.0), ("random_covariance", 9.0))
 
 

@@ -68,3 +68,31 @@ def test_a_run_that_levels_off_above_the_level_never_reaches_it():
     fixed = crossing_time(denoised(x, denoise_windows(x)), ep, 0.5).to_numpy(float)
     assert np.isfinite(raw).mean() > 0.9
     assert np.isfinite(fixed).mean() < 0.05
+
+
+def test_the_ends_average_the_epochs_there_are_and_a_diverged_run_keeps_its_gaps():
+    """At the ends the window shrinks (epoch 0 is the mean of epochs 0..h, not a repeated raw value);
+    an epoch that is not finite stays so and is left out of its neighbours' means, so a run that
+    diverged at epoch 200 keeps its averaged trace before it."""
+    x = _noisy(_curve(0.3), 1, seed=4)
+    w = denoise_windows(x)
+    h = int(w[0]) // 2
+    d = denoised(x, w)
+    assert d[0, 0] == pytest.approx(np.exp(np.log(x[0, :h + 1]).mean()))
+    assert d[0, 100] == pytest.approx(np.exp(np.log(x[0, 100 - h:101 + h]).mean()))
+    broken = x.copy()
+    broken[0, 200:] = np.nan
+    broken[0, 250] = np.inf
+    b = denoised(broken, w)
+    np.testing.assert_allclose(b[0, :200 - h], d[0, :200 - h])
+    assert np.isfinite(b[0, 200 - h:200]).all() and np.isnan(b[0, 200:250]).all() and b[0, 250] == np.inf
+
+
+def test_an_abrupt_drop_is_read_at_most_half_a_window_early():
+    """A noisy run whose loss drops at once from 1 to 0.01 at epoch 150 (a plateau left abruptly):
+    the averaged trace crosses half at most half a window before 150, and never after it."""
+    t = np.arange(E, dtype=float)
+    x = _noisy(np.where(t < 150, 1.0, 0.01), 100, seed=5)
+    w = denoise_windows(x)
+    cross = crossing_time(denoised(x, w), t, 0.5).to_numpy(float)
+    assert np.all(cross <= 150) and np.all(cross >= 150 - w // 2 - 1)

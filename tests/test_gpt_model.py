@@ -301,3 +301,33 @@ def test_the_query_loss_is_logged_beside_the_objective(tmp_path):
     summ = summary_table(train_shard(runs, paths, str(tmp_path / "q.npz")))
     assert (summ["final_query_test_loss"] == summ["final_test_loss"]).all()
     assert (summ["final_query_train_loss"] == summ["final_train_loss"]).all()
+
+
+def test_crossings_are_read_on_the_trace_averaged_over_the_noisier_windows(tmp_path):
+    """summary_table: a GPT trained on every x position whose query trace is noisy (σ = 0.3 in
+    log-loss, fresh prompts) and whose objective's trace is not: crossing_window is the query's
+    (the larger), t_unif_5e-1 is read on the query trace averaged over it (near the true crossing,
+    where the raw trace first dips below half far earlier), and t_abs on the averaged objective."""
+    from icl.tables.build import summary_table
+    from icl.tables.measures import crossing_time, denoise_windows, denoised
+    from icl.train.loop import train_shard
+    runs, paths = _experiment(tmp_path, {"kind": "gaussian", "d": 3, "covariance": "identity"})
+    sh = train_shard(runs, paths, str(tmp_path / "s.npz"))
+    E = 301
+    t = np.arange(E, dtype=float)
+    true = 0.3 + 0.7 * np.exp(-t / 80)                      # of uniform attention's loss: ½ at 100.2
+    ref = sh["uniform_train_loss"][:, None]
+    noisy = ref * true * np.exp(np.random.default_rng(0).normal(0, 0.3, (2, E)))
+    fake = {k: v for k, v in sh.items() if not k.startswith("trace_")}
+    fake.update(trace_train_loss=np.tile(np.exp(-t / 50), (2, 1)), trace_query_loss=noisy,
+                trace_zero_loss=np.tile(2 * ref[:, 0:1], (1, E)))
+    summ = summary_table(fake)
+    w = denoise_windows(noisy)
+    assert (denoise_windows(fake["trace_train_loss"]) == 1).all() and (w > 1).all()
+    assert summ["crossing_window"].tolist() == w.tolist()
+    t_unif = summ["t_unif_5e-1"].to_numpy(float)
+    np.testing.assert_allclose(t_unif, crossing_time(denoised(noisy, w) / ref, t, 0.5).to_numpy(float))
+    assert np.all(np.abs(t_unif - 100.2) < 25)
+    assert np.all(crossing_time(noisy / ref, t, 0.5).to_numpy(float) < 70)     # the raw trace's dips
+    np.testing.assert_allclose(summ["t_abs_1e-2"].to_numpy(float),
+                               crossing_time(denoised(fake["trace_train_loss"], w), t, 1e-2).to_numpy(float))

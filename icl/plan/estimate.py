@@ -109,7 +109,7 @@ def llc_epochs(spec: dict) -> float:
     return steps * size / Train.of(spec["train"]).steps_per_epoch(spec["prompts"]["train"])
 
 
-WORK_UNIT = 1e9      # floats of step activations per unit of a training job's priority
+WORK_UNIT = 1e6      # floats of step activations per unit of a training job's priority (2 decimals kept)
 
 
 def train_work(members: list[Run]) -> float:
@@ -129,7 +129,7 @@ def priorities(runs: list[Run]) -> dict[str, float]:
     first, so that on a few cores the long jobs start together and the short ones fill in around
     them, rather than a long one starting last and holding up the end (2026-11-28: `make run`'s
     3-layer GPT started at 330 s of 574 and its experiment ended the run)."""
-    return {shard: round(1 + train_work(members) / WORK_UNIT, 6) for shard, members in shards(runs).items()}
+    return {shard: round(1 + train_work(members) / WORK_UNIT, 2) for shard, members in shards(runs).items()}
 
 
 def startup_seconds() -> float:

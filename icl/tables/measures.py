@@ -50,18 +50,27 @@ def denoise_windows(loss: np.ndarray) -> np.ndarray:
 
 def denoised(loss: np.ndarray, windows: np.ndarray) -> np.ndarray:
     """Each run's trace (R, E) as a centred moving geometric mean over its window (denoise_windows),
-    the ends padded with the end values. Read raw, a noisy trace's first epoch below a level is the
-    deepest dip of its noise, not the loss reaching it: with fresh prompts (200 a step in
-    ldl_polynomial: ±20 % from step to step) softmax_q's runs first fell below half of uniform
-    attention's loss at epochs 5-24 by such dips, and averaged over 19 epochs never did."""
-    out = np.array(loss, float, copy=True)
+    shrinking at the ends to the epochs there are; an epoch whose loss is not finite (a run that
+    diverged) stays as it is and is left out of its neighbours' means. Read raw, a noisy trace's
+    first epoch below a level is the deepest dip of its noise, not the loss reaching it: with fresh
+    prompts (200 a step in ldl_polynomial: ±20 % from step to step) softmax_q's runs first fell
+    below half of uniform attention's loss at epochs 5-24 by such dips, and averaged over 19 epochs
+    never did. Centred, the window reads an abrupt drop up to half a window early."""
+    x = np.asarray(loss, float)
+    out = x.copy()
+    E = x.shape[1]
+    i = np.arange(E)
     for r, w in enumerate(windows):
         if w > 1:
-            z = np.log(np.clip(out[r], 1e-300, None))
-            h = w // 2
-            padded = np.concatenate([np.full(h, z[0]), z, np.full(h, z[-1])])
-            c = np.concatenate([[0.0], np.cumsum(padded)])
-            out[r] = np.exp((c[w:] - c[:-w]) / w)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                z = np.log(np.clip(x[r], 1e-300, None))
+            fin = np.isfinite(z)
+            sums = np.concatenate([[0.0], np.cumsum(np.where(fin, z, 0.0))])
+            counts = np.concatenate([[0], np.cumsum(fin)])
+            lo, hi = np.maximum(i - w // 2, 0), np.minimum(i + w // 2 + 1, E)
+            n = counts[hi] - counts[lo]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out[r] = np.where(fin & (n > 0), np.exp((sums[hi] - sums[lo]) / np.maximum(n, 1)), x[r])
     return out
 
 
@@ -259,7 +268,7 @@ def summary_table(sh: dict) -> pd.DataFrame:
     windows = np.maximum(denoise_windows(tl), denoise_windows(sh["trace_query_loss"]) if wider else 1) \
         if traced else np.ones(R, int)
     smooth = denoised(tl, windows)
-    ratio = smooth / smooth[:, :1]           # the trace against its own start (fresh prompts: each epoch's own)
+    ratio = smooth / tl[:, :1]               # the trace against its own start (fresh prompts: each epoch's own)
     summ = pd.DataFrame({
         "run_id": rid, "loss0": loss0, "final_train_loss": sh["train_loss"][:, -1],
         "final_test_loss": sh["test_loss"][:, -1],

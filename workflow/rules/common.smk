@@ -60,7 +60,7 @@ def train_priority(exp, shard):
 
 def plan_priority(exp):
     """An experiment's plan and stamps: above its longest training job, which waits on them."""
-    return round(1 + max(train_priority(exp, s) for s in shard_names(exp)), 6)
+    return round(1 + max(train_priority(exp, s) for s in shard_names(exp)), 2)
 
 
 def shard_mem_mb(exp, shard):

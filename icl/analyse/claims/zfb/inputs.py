@@ -43,7 +43,7 @@ def healthy_shift(tabs) -> pd.DataFrame:
     return sh
 
 
-RUN_COLS = ["model", "seed", "d", "token_kind", "data_id", "positional", "optimizer"]
+RUN_COLS = ["model", "seed", "d", "token_kind", "covariance", "scale", "task_kind", "data_id", "positional", "optimizer"]
 
 
 def _spec(r) -> dict:

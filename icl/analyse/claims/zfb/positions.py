@@ -36,6 +36,20 @@ def _seed_spikes(c: pd.DataFrame, N: int, Ms: int) -> dict:
     return out
 
 
+LAW = ("token_kind", "d", "covariance", "scale", "task_kind", "N")   # what makes two seeds' training data one law
+
+
+def same_law(pool: pd.DataFrame, c: pd.DataFrame) -> pd.DataFrame:
+    """The rows of `pool` trained on the law of `c` (every column of LAW equal, missing values alike),
+    in distribution; empty unless they are one model's."""
+    keep = pool["shift"] == "none"
+    for col in (k for k in LAW if k in pool and k in c):
+        ref = c[col].iloc[0]
+        keep &= pool[col].isna() if pd.isna(ref) else (pool[col] == ref).fillna(False)
+    out = pool[keep]
+    return out if out["model"].nunique() == 1 else out.iloc[:0]
+
+
 def unpaired(mine: pd.DataFrame, other: pd.DataFrame, N: int, Ms: int) -> OverSeeds | None:
     """The spike with learned positions over the spike without, where fewer than MIN_SEEDS seeds
     have both models learned but each model has at least MIN_SEEDS seeds of its own: the ratio of
@@ -101,9 +115,9 @@ def length_spike(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     lo, hi = q * math.exp(-z * sq), q * math.exp(z * sq)
     st = s.over_seeds(cid, group, q, lo, hi, ratio=True)
     if st.few and s.seed_values is not None:
-        law = s.pool[(s.pool["model_kind"].isin(WITH_POSITIONS)) & (s.pool.get("positional", pd.Series(index=s.pool.index)) == "none")
-                     & (s.pool["shift"] == "none") & (s.pool["token_kind"] == c["token_kind"].iloc[0]) & (s.pool["d"] == c["d"].iloc[0])]
-        st = unpaired(c, law, N, Ms) or st
+        nopos = s.pool[s.pool["model_kind"].isin(WITH_POSITIONS)
+                       & (s.pool.get("positional", pd.Series(index=s.pool.index)) == "none")]
+        st = unpaired(c, same_law(nopos, c), N, Ms) or st
     v, why = judge(st.lo, st.hi, band, choices, "the ratio of the two spikes", no_interval=st.few)
     rows.append(s.row(cid, v, group=group, prediction=pred2, value=st.value, ci_lo=st.lo, ci_hi=st.hi,
                       reason=why + (": removing the positions does not shrink the spike" if v == FAILS else ""),
