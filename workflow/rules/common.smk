@@ -49,18 +49,22 @@ def train_threads(exp):
 PRIORITIES = {}
 
 
-def train_priority(exp, shard):
-    """A training job's priority, above 1 by its work (icl.plan.estimate.priorities): on a few
-    cores the longest jobs start first and the short ones fill in around them."""
+def priorities(exp):
+    """Each training job's priority, above 1 by its work (icl.plan.estimate.priorities): on a few
+    cores the longest jobs start first and the short ones fill in around them. Once per experiment."""
     if exp not in PRIORITIES:
         from icl.plan.estimate import priorities
         PRIORITIES[exp] = priorities(PLANS[exp])
-    return PRIORITIES[exp][shard]
+    return PRIORITIES[exp]
+
+
+def train_priority(exp, shard):
+    return priorities(exp)[shard]
 
 
 def plan_priority(exp):
     """An experiment's plan and stamps: above its longest training job, which waits on them."""
-    return round(1 + max(train_priority(exp, s) for s in shard_names(exp)), 2)
+    return round(1 + max(priorities(exp).values()), 2)
 
 
 def shard_mem_mb(exp, shard):

@@ -8,15 +8,15 @@ The time is `t_unif_5e-1` (icl.tables.measures): the epoch at which the training
 first falls to half of uniform attention's on the run's own prompts, what averaging the context
 labels gives and so what any L's labels scale with; read on the trace averaged over the run's
 `crossing_window`, so that with fresh prompts it is the loss reaching the level, not its noise's
-first dip (ldl_polynomial's sharp row at 300 epochs read +0.06 [−0.04, 0.15] raw and +0.59
-[0.29, 0.88] averaged, every seed positive at windows of 3 to 31 epochs). Per seed and regime,
-the slope of log T on log L over the regime's values of L; predicted: below 0. The seeds are the units: the mean slope with its
-Student-t interval over at least MIN_SEEDS seeds, against (−∞, 0]. A seed has a slope where at least
-two of its values of L reached the level (half of uniform attention's loss is the learning gate, so
-those runs learned); its runs that never did count at the window's end, a bound on their time, and
-a verdict stands only where it is the same with them left out (else inconclusive, naming them).
-Runs that crossed within RESOLUTION optimisation steps (the step, not the dynamics, set the time)
-are left out and counted.
+first dip (ldl_polynomial's sharp row at 300 epochs read +0.06 [−0.04, 0.15] raw and +0.59 [0.29,
+0.88] averaged, every seed positive at windows of 3 to 31 epochs). Per seed and regime, the slope of
+log T on log L over the regime's values of L; predicted: below 0. The seeds are the units: the mean
+slope with its Student-t interval over at least MIN_SEEDS seeds, against (−∞, 0]. A seed has a slope
+where at least two of its values of L reached the level (half of uniform attention's loss is the
+learning gate, so those runs learned); its runs that never did count at the window's end, a bound on
+their time, and a verdict stands only where it is the same with them left out (else inconclusive,
+naming them). Runs that crossed within RESOLUTION optimisation steps (the step, not the dynamics,
+set the time) are left out and counted.
 
 Under Adam the step does not grow with the gradient, so a row there tests the order the
 experiments state, not the reason §6 gives for it ("stronger gradient updates").

@@ -97,8 +97,9 @@ def length_spike(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
                   measurement=(f"MSE(M={Ms})/MSE(N={N}) {fmt(r)} [{fmt(lo)}, {fmt(hi)}] (means over "
                                f"{c['run_id'].nunique()} runs; 95% interval: delta method on the test prompts' standard errors)"
                                + st.text))]
-    other = s.pool[(s.pool["model_kind"].isin(WITH_POSITIONS)) & (s.pool.get("positional", pd.Series(index=s.pool.index)) == "none")
-                   & (s.pool["shift"] == "none") & s.pool["data_id"].isin(c["data_id"])]
+    nopos = s.pool[s.pool["model_kind"].isin(WITH_POSITIONS)
+                   & (s.pool.get("positional", pd.Series(index=s.pool.index)) == "none")]
+    other = nopos[(nopos["shift"] == "none") & nopos["data_id"].isin(c["data_id"])]
     group = "learned vs no positions"
     pred2 = f"MSE({Ms})/MSE({N}) larger with learned positions than with positional: none"
     if other.empty:
@@ -115,8 +116,6 @@ def length_spike(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     lo, hi = q * math.exp(-z * sq), q * math.exp(z * sq)
     st = s.over_seeds(cid, group, q, lo, hi, ratio=True)
     if st.few and s.seed_values is not None:
-        nopos = s.pool[s.pool["model_kind"].isin(WITH_POSITIONS)
-                       & (s.pool.get("positional", pd.Series(index=s.pool.index)) == "none")]
         st = unpaired(c, same_law(nopos, c), N, Ms) or st
     v, why = judge(st.lo, st.hi, band, choices, "the ratio of the two spikes", no_interval=st.few)
     rows.append(s.row(cid, v, group=group, prediction=pred2, value=st.value, ci_lo=st.lo, ci_hi=st.hi,
