@@ -121,6 +121,23 @@ def welch_interval(x, y, level: float = 0.95) -> tuple[float, float, float]:
     return d, d - h, d + h
 
 
+def equivalence_seeds(sd: float, margin: float, arms: int = 2, power: float = 0.8, alpha: float = 0.05) -> int:
+    """Seeds (per arm) that two one-sided tests at level `alpha` each need to show, with probability
+    `power`, that a true difference of 0 lies within ±`margin`, the seeds' standard deviation `sd`
+    n = arms·sd²·(t_{1−α} + t_{1−(1−power)/2})²/margin², arms = 2 for two independent sets of seeds (a
+    difference of means, df = 2(n − 1)), 1 for paired differences (df = n − 1); the t quantiles at
+    the n they give, from the normal approximation on (at five seeds they need a third more)."""
+    q = lambda f: normal_quantile(1 - alpha) + normal_quantile(1 - (1 - power) / 2) if f is None else \
+        t_quantile(1 - alpha, f) + t_quantile(1 - (1 - power) / 2, f)                 # noqa: E731
+    n = max(2, int(math.ceil(arms * sd ** 2 * q(None) ** 2 / margin ** 2)))
+    for _ in range(50):
+        new = max(2, int(math.ceil(arms * sd ** 2 * q(arms * (n - 1)) ** 2 / margin ** 2)))
+        if new == n:
+            break
+        n = new
+    return n
+
+
 def _binom_tail(k: int, n: int, p: float, upper: bool) -> float:
     """P(X ≥ k) (upper) or P(X ≤ k) for X ~ Binomial(n, p), summed exactly in log space."""
     if p <= 0.0:

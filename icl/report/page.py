@@ -190,6 +190,9 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
     tabs = {k: read_parquet(os.path.join(results_dir, f"{k}.parquet"))
             for k in ("runs", "curves", "summary", "theory", "theory_curves", "shift", "slopes", "stability",
                       "verdicts")}
+    for k in ("clock", "collapse"):                              # results analysed before the clock's tables have none
+        path = os.path.join(results_dir, f"{k}.parquet")
+        tabs[k] = read_parquet(path) if os.path.exists(path) else pd.DataFrame()
     attention = os.path.join(results_dir, "attention.parquet")
     tabs["attention"] = lambda ids: read_parquet(attention, run_ids=ids)
     # the report reads only the LSA's effective matrix: softmax_q's logits reach it through summary's qoff_*
@@ -270,7 +273,8 @@ def headline(experiment: str, exp: dict, tabs: dict, verdicts: pd.DataFrame, ldl
     return {"models": models, "learning": report_headline.learning_sentence(models),
             "claims": report_headline.claim_counts(verdicts, claim_robustness(verdicts)),
             "failing": report_headline.failing_claims(verdicts), "undecided": report_headline.undecided(verdicts),
-            "finding": report_headline.finding(verdicts), "paper": report_headline.paper_sizes(exp, paper_exp)}
+            "finding": report_headline.finding(verdicts), "paper": report_headline.paper_sizes(exp, paper_exp),
+            "clock": report_headline.clock_sentences(tabs) if ldl else []}
 
 
 # run columns that identify or describe a run rather than set it

@@ -195,6 +195,26 @@ def clock_weight(V: np.ndarray, C: np.ndarray) -> float:
     return collapse_rate(V, C, 1.0)
 
 
+def one_clock(V: np.ndarray, C: np.ndarray, noise: float = 0.0, rtol: float = 1e-9) -> bool:
+    """Whether softmax_q's population dynamics under GD at these features and labels follow one
+    collapse clock: orthogonal features of one norm (G = ‖v‖²I), noise-free tokens and a label
+    covariance aI + b·11ᵀ at the features (a rotation-invariant task at equidistant features).
+    Then D^{(k)} = a·(a shape fixed by K and p), the b part cancelling in every prompt (attention
+    sums to 1), so S(t) depends on η, L, c, Δ and N only through τ = t·η‖v‖⁴·E[(f(v_k) − f(v_k'))²]
+    (collapse_rate): one curve in τ per K and p. What still differs between runs on it is the
+    step's discreteness and the sampled feature counts."""
+    if noise or C is None or not np.all(np.isfinite(C)):
+        return False
+    G = V @ V.T
+    g = float(np.mean(np.diag(G)))
+    if g <= 0 or not np.allclose(G, g * np.eye(len(V)), rtol=0, atol=rtol * g):
+        return False
+    off = C[~np.eye(len(C), dtype=bool)]
+    scale = max(float(np.abs(np.diag(C)).max()), float(np.abs(off).max()) if off.size else 0.0, 1e-300)
+    return bool(np.ptp(np.diag(C)) <= rtol * scale and (off.size == 0 or np.ptp(off) <= rtol * scale)
+                and np.mean(np.diag(C)) - (off.mean() if off.size else 0.0) > rtol * scale)
+
+
 def clock_lr(lr: float, V: np.ndarray, C: np.ndarray, V_ref: np.ndarray, C_ref: np.ndarray) -> float:
     """The step η at which a run's collapse clock, η‖v‖⁴·E[(f(v_k) − f(v_k'))²], runs as fast as
     that of step `lr` at the reference features and labels (V_ref, C_ref): η = lr·w_ref/w. Every

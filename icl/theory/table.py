@@ -38,7 +38,7 @@ def ldl_rows(plan_runs: list[dict], flat_max_L: float | None = None, mean_field:
         tok, task, model = s["tokens"], s["task"], s["model"]
         row = {"run_id": r["run_id"], "regime": None, "L_star": np.nan, "L_split": np.nan, "delta_conc": np.nan,
                "T1": np.nan, "T_star": np.nan, "n_phases_pred": pd.NA, "clock_per_epoch": np.nan, "mf_step": np.nan,
-               "eq4_ratio": np.nan}
+               "eq4_ratio": np.nan, "one_clock": False}
         if tok["kind"] == "discrete" and family(task["kind"]).ldl:
             K, N, D, L, eta = tok["K"], s["prompts"]["N"], tok["delta"], task["L"], model["lr"]
             cut = ldl.split(K, N, D, flat_max_L)
@@ -47,7 +47,8 @@ def ldl_rows(plan_runs: list[dict], flat_max_L: float | None = None, mean_field:
                        T1=ldl.T1(K, eta, L, D),
                        T_star=(ldl.T_flat if reg == "flat" else ldl.T_sharp)(K, N, eta, L, D, EPS),
                        n_phases_pred=ldl.predicted_phases(reg), clock_per_epoch=clock_per_epoch(s),
-                       mf_step=mean_field_step(s, memo, mean_field), eq4_ratio=eq4_ratio(s))
+                       mf_step=mean_field_step(s, memo, mean_field), eq4_ratio=eq4_ratio(s),
+                       one_clock=on_one_clock(s))
         elif family(task["kind"]).ldl and flat_max_L is not None:
             # continuous tokens have no L* (no Δ, no δ) and no predicted phases: only the config's split of
             # L into the paper's two sets (App. A), which ldl.faster_with_L reads per set
@@ -108,6 +109,14 @@ def eq4_ratio(spec: dict) -> float:
     return ldl.eq4_ratio(V, C, label_cov(task, V * EQ4_SHRINK), EQ4_SHRINK)
 
 
+def on_one_clock(spec: dict) -> bool:
+    """icl.theory.ldl.one_clock at the run's features and labels: whether a mean-field kind under GD
+    would follow the one collapse clock there (the claims ask the model and the optimiser)."""
+    tok = spec["tokens"]
+    V = features(tok, spec["seed"]).astype(float)
+    return ldl.one_clock(V, label_cov(spec["task"], V), float(Tokens.of(tok).noise or 0.0))
+
+
 def clock_per_epoch(spec: dict) -> float:
     """Collapse-clock units per epoch (icl.theory.ldl.collapse_rate) where the task family knows
     its label covariance (icl.tasks), else the theorems' η L² Δ² / K."""
@@ -160,13 +169,18 @@ def train_counts(spec: dict) -> tuple[np.ndarray, np.ndarray]:
 
 
 def mean_field_rows(plan_runs: list[dict], mean_field: frozenset, store: str | None = None) -> pd.DataFrame:
+    """theory_curves.parquet's rows (mean_field_flows, on each run's logged epochs)."""
+    return curve_rows(mean_field_flows(plan_runs, mean_field, store))
+
+
+def mean_field_flows(plan_runs: list[dict], mean_field: frozenset, store: str | None = None) -> list[tuple]:
     """LDL mean-field loss and own-attention for softmax_q runs on discrete tokens with GD, and the
     same flow on each run's own training prompts' feature counts (`mean_field_loss_sampled`, beside
-    the balanced |V_k| = p_k N: the approximation's measured bias, which ldl.mean_field's band reads).
+    the balanced |V_k| = p_k N: the approximation's measured bias, which ldl.mean_field's band reads),
+    every epoch: per run (run id, its logged epochs, (balanced loss, own attention), sampled loss).
     Each distinct flow is integrated once (`flow_curves`): seeds whose features do not depend on the
     seed share the balanced flow, runs with the same prompts' counts, task and step the sampled one;
     `store`: flow_curves' file of flows integrated before."""
-    import pandas as pd   # here, not at the top: training jobs import lsa_optimum and never a table
     flows, runs, drawn = {}, [], {}
     for r in plan_runs:
         s = r["spec"]
@@ -193,18 +207,53 @@ def mean_field_rows(plan_runs: list[dict], mean_field: frozenset, store: str | N
             flows[sampled] = Flow(V, C, counts, query, np.full(len(query), 1.0 / len(query)), eta, epochs)
         runs.append((r["run_id"], ep, balanced, sampled))
     curves = flow_curves(flows, store)
-    if not runs:
+    return [(run_id, ep, curves[balanced], curves[sampled][0]) for run_id, ep, balanced, sampled in runs]
+
+
+def curve_rows(flows: list[tuple]) -> pd.DataFrame:
+    """The flows (mean_field_flows: run id, logged epochs, (loss, own attention), sampled-count loss,
+    each every epoch) on each run's logged epochs, long: theory_curves.parquet."""
+    import pandas as pd
+    if not flows:
         return pd.DataFrame({"run_id": pd.Series(dtype="string"), "epoch": pd.Series(dtype="int64"),
                              "metric": pd.Series(dtype="string"), "value": pd.Series(dtype="float64")})
     names = np.array(["mean_field_loss", "mean_field_attn_own", "mean_field_loss_sampled"])
     cols = {"run_id": [], "epoch": [], "metric": [], "value": []}
-    for run_id, ep, balanced, sampled in runs:
-        (loss, own), smp = curves[balanced], curves[sampled][0]
+    for run_id, ep, (loss, own), smp in flows:
         cols["run_id"].append(np.repeat(run_id, 3 * len(ep)))
         cols["epoch"].append(np.tile(ep, 3))
         cols["metric"].append(np.repeat(names, len(ep)))
         cols["value"].append(np.concatenate([loss[ep], own[ep], smp[ep]]))
     return pd.DataFrame({k: np.concatenate(v) for k, v in cols.items()})
+
+
+FLOW_LEVEL = 0.5     # half of the flow's start (uniform attention's loss): the crossing on the collapse clock
+
+
+def flow_crossing_rows(flows: list[tuple]) -> pd.DataFrame:
+    """Per run, read on every epoch of its flows (mean_field_flows): the epoch at which the balanced
+    flow at its own step (`flow_t_unif_5e-1`) and its sampled-count flow (`flow_t_unif_5e-1_sampled`)
+    first fall to FLOW_LEVEL of their start, interpolated in log-loss (NaN if never): the times
+    icl.analyse.collapse sets beside the run's own t_unif_5e-1 on the clock."""
+    import pandas as pd
+    rows = [{"run_id": run_id, "flow_t_unif_5e-1": first_crossing(loss / loss[0], FLOW_LEVEL),
+             "flow_t_unif_5e-1_sampled": first_crossing(smp / smp[0], FLOW_LEVEL)}
+            for run_id, _, (loss, _), smp in flows]
+    return pd.DataFrame(rows, columns=["run_id", "flow_t_unif_5e-1", "flow_t_unif_5e-1_sampled"])
+
+
+def first_crossing(ratio: np.ndarray, x: float) -> float:
+    """The first epoch at which an every-epoch ratio falls to x, interpolated in its log between the
+    epochs around it; NaN if never."""
+    r = np.asarray(ratio, float)
+    hit = np.flatnonzero(r <= x)
+    if not len(hit):
+        return float("nan")
+    i = int(hit[0])
+    if i == 0:
+        return 0.0
+    a, b = r[i - 1], max(r[i], 1e-300)
+    return float(i - 1 + (np.log(a) - np.log(x)) / (np.log(a) - np.log(b)))
 
 
 class Flow(NamedTuple):

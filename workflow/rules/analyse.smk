@@ -11,6 +11,8 @@ rule analyse:
                       subcategory="tables", labels={"table": "slopes"}),
         stability=report("results/{exp}/stability.parquet", caption="../report/stability.rst",
                          category="{exp}", subcategory="tables", labels={"table": "stability"}),
+        clock="results/{exp}/clock.parquet",            # each softmax_q run's time on the collapse clock
+        collapse="results/{exp}/collapse.parquet",      # how far the runs on one clock sit apart in rescaled time
     params:
         code=code_trigger(),
     benchmark:

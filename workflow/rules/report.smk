@@ -14,7 +14,8 @@ rule report:
     input:
         plan="results/{exp}/plan.json",
         tables=expand("results/{{exp}}/{t}.parquet", t=["curves", "attention", "matrices", "llc", "summary", "theory",
-                                                      "theory_curves", "shift", "slopes", "stability", "verdicts"]),
+                                                      "theory_curves", "shift", "slopes", "stability", "clock", "collapse",
+                                                      "verdicts"]),
         runs=report("results/{exp}/runs.parquet", caption="../report/runs.rst", category="{exp}",
                     subcategory="tables", labels={"table": "runs"}),
         shards="results/{exp}/shards.json",

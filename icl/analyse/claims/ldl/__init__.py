@@ -13,13 +13,19 @@ re-runs it under the other choices and fills `fragile`. Conventions that hold th
   out and counted;
 - an identity of the model and task that decides a claim makes it `not testable`, named: the
   scale identity (softmax_q on labels ∝ L), softmax's shift invariance (the off-diagonal logits'
-  rate), and, per regime, an approximate scale identity found in the data (T·L² constant within
-  the seeds' spread);
+  rate), the one collapse clock (`clock`: softmax_q under GD on orthogonal, equidistant, noise-free
+  features follows one curve in τ = t·η‖v‖⁴E[(f(v_k) − f(v_k'))²] at every L, Δ and N, so where the
+  runs follow it, what a claim reads of L, Δ or N — T against L, Phase I's end, β's difference
+  between the regimes, the phase counts, the transition and its boundary — is the clock's), and,
+  elsewhere, an approximate scale identity found in the data (T·ηL² constant within the seeds' spread);
+- a theorem is judged as the bound it is: its needed constant along its own limit (`bound`, on the
+  sampled-count flow inside every hypothesis), never a local exponent;
 - flat/sharp is split at `choices.lstar` times theory.parquet's `L_split` (icl.theory.ldl.split:
   L* = 1/(Δδ), or report.flat_max_L), the same split every table and figure uses.
 
 One module per section of claims: `setting` (the Setting and the shared thresholds),
-`identities` (what decides a claim without the data, the theorems' domain), `attention`,
+`identities` (what decides a claim without the data, the theorems' domain), `clock` (the one
+collapse clock: whether runs follow it), `bound` (Theorem 1's needed constant along K), `attention`,
 `time_scales`, `faster` (the experiments' order in L, any optimiser), `phases`, `stability`, `unseen`, `mean_field_flow`, and `flow` (each dynamics
 claim measured the same way on LDL's own mean-field flow: the third column); this module calls them all.
 """
@@ -27,8 +33,11 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
+
 from icl.analyse.claims import CLAIMS, NOT_TESTABLE, base_id
 from icl.analyse.claims.judge import by_setting, exclude, join, robust, settings
+from icl.analyse.claims.ldl.bound import bound_along_K
 from icl.analyse.claims.ldl.depth import depth
 from icl.analyse.claims.ldl.faster import faster_with_L
 from icl.analyse.claims.ldl.attention import attention_to_one, offdiag_logits, own_logit_monotone
@@ -100,9 +109,12 @@ def verdicts(tabs: dict, model: str) -> list[dict]:
                 rows += charged(robust(phase_boundary, sL, axis), sL) if sL is not None else [setting(lab, g).row(
                     "ldl.transition_at_Lstar", NOT_TESTABLE, group=f"boundary against {'Δ' if axis == 'delta' else axis}", prediction="—",
                     measurement="—", reason=f"every run of this setting is outside Eq. 4's domain: {why}")]
+    if "K" in cols:                      # Theorem 1 as a bound: its needed constant along K, on the flow inside it
+        for lab, g in by_setting(df, [c for c in cols if c != "K"]):
+            rows += bound_along_K(setting(lab, g, left_out=False))
     for lab, g in by_setting(df, [c for c in cols if c != "lr"]):      # the learning rate is step size's axis
         rows += robust(step_size, setting(lab, g, left_out=False), uses=("band",))
-    rows = clock_once(once(rows, df, cols), df, cols, tabs["theory_curves"])
+    rows = same_runs_once(clock_once(once(rows, df, cols), df, cols, tabs["theory_curves"]), df, cols, curves)
     order = {c: i for i, c in enumerate(CLAIMS)}
     return sorted(rows, key=lambda r: order[base_id(r["claim_id"])])
 
@@ -204,4 +216,57 @@ def once(rows: list[dict], df, cols: list[str]) -> list[dict]:
                  "reason": f"the same dynamics as the row '{to}' by the scale identity (GD at (η, L) is GD at (ηL², 1); "
                            f"ηL² = {c} in both): reported once, there"}
         out.append(r)
+    return out
+
+
+def _runs_print(g: pd.DataFrame, curves: pd.DataFrame) -> tuple:
+    """The runs `g` as a comparable value: per seed its train loss over its start at every logged
+    epoch (8 significant digits), sorted by seed; () where a run has no curve."""
+    c = curves[curves["run_id"].isin(g["run_id"])]
+    if c["run_id"].nunique() < len(g):
+        return ()
+    seed = dict(zip(g["run_id"], g["seed"]))
+    out = []
+    for rid, r in c.sort_values("epoch").groupby("run_id"):
+        v = r["value"].to_numpy(float)
+        out.append((int(seed[rid]), tuple(float(f"{x:.8g}") for x in v / v[0])))
+    return tuple(sorted(out))
+
+
+def same_runs_once(rows: list[dict], df: pd.DataFrame, cols: list[str], curves: pd.DataFrame) -> list[dict]:
+    """Per-L rows of a dynamics claim whose runs are the same runs as another row's, reported once:
+    on one collapse clock an identity can make two settings train the very same losses (Δ → 2Δ with
+    L → L/2, c tied to L and the step over 16 rescales Q and nothing else: ldl_phase_diagram's Δ = 6
+    at L is its Δ = 3 at 2L), and then they are one measurement. Found from the runs' own train losses
+    (equal per seed to 8 significant digits), not assumed: the later row reads not testable, pointing at
+    the first, and its per-run rows are dropped."""
+    if not cols or df.empty:
+        return rows
+    prints, group_of = {}, {}
+    for lab, g in by_setting(df, cols):
+        for L, gL in g.groupby("L", sort=True):
+            fp = _runs_print(gL, curves)
+            if fp:
+                group_of[join(lab, f"L={float(L):g}")] = fp
+    if len(set(group_of.values())) == len(group_of):
+        return rows
+    first, dup, out = {}, {}, []
+    for grp, fp in group_of.items():
+        if fp in first:
+            dup[grp] = first[fp]
+        else:
+            first[fp] = grp
+    for r in rows:
+        cid = base_id(r["claim_id"])
+        home = next((g for g in dup if r["group"] == g or r["group"].startswith(g + "; ")), None)
+        if home is None or cid not in DYNAMICS_CLAIMS:
+            out.append(r)
+            continue
+        if r["scope"] == "run":
+            continue
+        out.append({**r, "verdict": NOT_TESTABLE, "ci_lo": math.nan, "ci_hi": math.nan, "fragile": "", "against": None,
+                    "reason": f"the same runs as the row '{dup[home]}': their train losses are equal at every logged "
+                              f"epoch and seed, as an identity of the clock makes two settings one dynamics (in LDL's "
+                              f"model Δ → 2Δ with L → L/2, c tied to L and the step over 16 rescales Q and nothing "
+                              f"else); one measurement, reported once, there"})
     return out

@@ -22,9 +22,10 @@ Under Adam the step does not grow with the gradient, so a row there tests the or
 experiments state, not the reason §6 gives for it ("stronger gradient updates").
 
 Not testable where an identity fixes the order: softmax_q on labels ∝ L (GD at (η, L) is GD at
-(ηL², 1); Adam traces one relative curve), the same approximately within a regime
-(identities.approx_identity: T·ηL² constant within the seeds' spread), and a step that the
-experiment's rule sets per L (lr_rule: clock)."""
+(ηL², 1); Adam traces one relative curve), softmax_q under GD on one collapse clock that its runs
+follow (icl.analyse.claims.ldl.clock: the order is the clock's rate in L), elsewhere the same
+approximately within a regime (identities.approx_identity: T·ηL² constant within the seeds'
+spread), and a step that the experiment's rule sets per L (lr_rule: clock)."""
 from __future__ import annotations
 
 import math
@@ -35,7 +36,8 @@ import pandas as pd
 from icl.analyse import fits
 from icl.analyse.claims import FAILS, NOT_TESTABLE, UNSURE, count, fmt
 from icl.analyse.claims.judge import Band, Choices, DEFAULT, join, judge, too_few_seeds
-from icl.analyse.claims.ldl.identities import _kind, _of, approx_identity, design_fixed, regimes, scale_identity
+from icl.analyse.claims.ldl.clock import identity_of_L
+from icl.analyse.claims.ldl.identities import _kind, _of, design_fixed, regimes, scale_identity
 from icl.analyse.claims.ldl.setting import RESOLUTION, Setting
 from icl.stats import mean_interval
 
@@ -124,7 +126,7 @@ def faster_with_L(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
                               reason=f"no seed has two values of L whose runs reached {LEVEL} after {RESOLUTION} "
                                      f"steps or more: no run here times the order"))
             continue
-        if (why := approx_identity(here[here[TCOL].notna()], TCOL)):
+        if (why := identity_of_L(here[here[TCOL].notna()], TCOL, "the order in L")):
             rows.append(s.row(CID, NOT_TESTABLE, group=rg, prediction=p, measurement=meas, reason=why))
             continue
         v, why, m, lo, hi = _judged(slopes, choices)

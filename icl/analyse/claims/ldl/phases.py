@@ -9,6 +9,7 @@ import pandas as pd
 from icl import stats
 from icl.analyse.claims import FAILS, NOT_TESTABLE, UNSURE, fmt
 from icl.analyse.claims.judge import Band, Choices, DEFAULT, join, judge, share, too_few_seeds
+from icl.analyse.claims.ldl import clock
 from icl.analyse.claims.ldl.identities import regimes, resolved, scale_identity, steps
 from icl.analyse.claims.ldl.phase_power import POWER, Power, pct, power, text
 from icl.analyse.claims.ldl.setting import CONVERGED, RESOLUTION, SHARE_BAND, Setting, converged
@@ -74,6 +75,8 @@ def phases_claim(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
                              "only)")]
     keep, note = phase_runs(df)
     reg = regimes(keep, choices.lstar)
+    fixed, _ = clock.decides(df, "the number of phases at every L (one curve in τ has one count: a count that "
+                                     "differs between the regimes is the step's or the counter's)")
     rows = []
     for rg, want in (("flat", 2), ("sharp", 3)):
         here = keep[reg == rg]
@@ -89,8 +92,13 @@ def phases_claim(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
         v, why = judge(lo, hi, band, choices, f"the {want}-phase share")
         if (weak := _weak({rg: pw})):
             v, why = NOT_TESTABLE, weak
+        if fixed:
+            v, why = NOT_TESTABLE, fixed
         counts = ", ".join(f"{int(k)}: {c}" for k, c in sorted(pd.Series(n).value_counts().items()))
         llc = llc_stage_rows(s, here, rg, want, pred, choices, n)
+        if fixed:                    # one curve in τ has one count by either instrument
+            llc = [{**r, "verdict": NOT_TESTABLE, "fragile": "", "reason": join(fixed, r["reason"].rsplit("; ", 1)[-1])}
+                   for r in llc]
         if llc:                      # the second instrument's agreement, on the counter's row too
             why = join(why, "by the LLC: " + llc[0]["reason"].rsplit("; ", 1)[-1])
         rows.append(s.row(cid, v, eps=_eps(df), group=rg, prediction=pred, value=sh, ci_lo=lo, ci_hi=hi, reason=why,
@@ -165,6 +173,8 @@ def transition_at_Lstar(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     v, why = judge(lo, hi, band, choices, "the one-phase-apart share")
     if (weak := _weak({"flat": power(fr), "sharp": power(sr)})):
         v, why = NOT_TESTABLE, weak
+    if (fixed := clock.decides(df, "the phase count at every L, so a transition between the regimes")[0]):
+        v, why = NOT_TESTABLE, fixed
     return [s.row(cid, v, eps=_eps(df), prediction=pred, value=frac, ci_lo=lo, ci_hi=hi, reason=why,
                   measurement=join(f"{int(one_more.sum())} of {m} flat/sharp run pairs one phase apart ({frac:.0%}, "
                                    f"95% interval [{fmt(lo)}, {fmt(hi)}] over the seeds); mean phases {f.mean():.2f} "
@@ -192,6 +202,12 @@ def phase_boundary(s: Setting, axis: str, choices: Choices = DEFAULT) -> list[di
         return [s.row(cid, NOT_TESTABLE, group=group, prediction=pred, measurement="—", reason=why)]
     keep, note = phase_runs(df)
     reg = regimes(keep, choices.lstar)
+    if (fixed := clock.decides(df, f"the phase count at every L, Δ and N, so the boundary's move with {name}")[0]):
+        counts = keep.groupby(axis)["n_phases"].agg(lambda n: ", ".join(f"{int(k)}: {c}" for k, c in
+                                                                        sorted(n.dropna().value_counts().items())))
+        return [s.row(cid, NOT_TESTABLE, eps=_eps(df), group=group, prediction=pred, reason=fixed,
+                      measurement=join("phases by " + name + ": " + "; ".join(f"{k:g}: runs {v}" for k, v in counts.items()),
+                                       note))]
     if (weak := _weak({"flat": power(keep[reg == "flat"]), "sharp": power(keep[reg == "sharp"])})):
         return [s.row(cid, NOT_TESTABLE, eps=_eps(df), group=group, prediction=pred, measurement=note or "—", reason=weak)]
     if not keep["n_phases"].notna().any():

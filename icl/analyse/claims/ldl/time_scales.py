@@ -9,7 +9,9 @@ import pandas as pd
 from icl.analyse import fits
 from icl.analyse.claims import NOT_TESTABLE, UNSURE, count, fmt
 from icl.analyse.claims.judge import Band, Choices, DEFAULT, boot, join, judge, too_few_seeds
-from icl.analyse.claims.ldl.identities import approx_identity, design_fixed, gap_readings, regimes, scale_identity, steps
+from icl.analyse.claims.ldl import clock
+from icl.analyse.claims.ldl.clock import identity_of_L
+from icl.analyse.claims.ldl.identities import design_fixed, gap_readings, regimes, scale_identity, steps
 from icl.analyse.claims.ldl.setting import RESOLUTION, Setting, TIME_COLS, _empty, _not_gd
 from icl.stats import MIN_SEEDS
 
@@ -118,7 +120,8 @@ def time_vs_L(s: Setting, choices: Choices = DEFAULT, tcols=TIME_COLS) -> list[d
                                   measurement=join(f"slope in epochs {slope:.2f} over {len(g)} runs, "
                                                    f"{g['L'].nunique()} values of L", note)))
                 continue
-            if (why := approx_identity(g, "t_rel_1e-1" if "t_rel_1e-1" in g else tcol)):
+            if (why := identity_of_L(g, tcol, "the crossing time's dependence on L",
+                                         "t_rel_1e-1" if "t_rel_1e-1" in g else tcol)):
                 rows.append(s.row(cid, NOT_TESTABLE, group=group, prediction=pred, reason=why, measurement=note or "—"))
                 continue
             slope, lo, hi, n, _ = fits.slope_with_bootstrap(g.astype({"L": float, tcol: float}), tcol)
@@ -217,6 +220,16 @@ def time_vs_eps(s: Setting, choices: Choices = DEFAULT, t_hi="t_rel_1e-1", t_lo=
         a = g["late_exponent"].astype(float).dropna() if "late_exponent" in g else pd.Series(dtype=float)
         late = (f"; late-time loss ∝ t^−a with a = {a.median():.2f} (so β = 2/a = {2 / a.median():.2f})"
                 if len(a) and a.median() > 0 else "")
+        why, _ = clock.decides(g, "β's difference between the regimes (one curve in τ has one β at every L)", t_hi)
+        if why:
+            rows.append(s.row(cid, NOT_TESTABLE, group=rg, prediction="β = dlog T/dlog(1/ε): the paper's reading of "
+                              "its bounds as rates (§4)", value=med, eps=float(np.median(eps_loss(g, t_lo))),
+                              measurement=join(f"β from {t_hi} to {t_lo} (every epoch): median {med:.2f} [{fmt(lo)}, "
+                                               f"{fmt(hi)}] over {len(g)} runs, {n_seeds} seeds, an observation{late}",
+                                               note),
+                              reason=why + "; and Theorems 1-2 are upper bounds, judged by the constant a run needs "
+                                           "along their limit (K growing, ε = 1/K), never by a local exponent"))
+            continue
         rows.append(_both_readings(s, cid, rg, pred_of, lo, hi, choices, "the median β", med,
                                    join(f"β from {t_hi} to {t_lo}: median {med:.2f} [{fmt(lo)}, {fmt(hi)}] over "
                                         f"{len(g)} runs, {n_seeds} seeds{late}", note), float(np.median(eps_loss(g, t_lo))),
@@ -255,7 +268,7 @@ def phase_one(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
         return [s.row(cid, NOT_TESTABLE, prediction=pred, value=slope, reason=why,
                       measurement=join(f"slope in epochs {slope:.2f} over {len(g)} runs, {g['L'].nunique()} values of L",
                                        note))]
-    if (why := approx_identity(g, "t_phase_one")):
+    if (why := identity_of_L(g, "t_phase_one", "Phase I's end against L")):
         return [s.row(cid, NOT_TESTABLE, prediction=pred, reason=why, measurement=note or "—")]
     slope, lo, hi, n, _ = fits.slope_with_bootstrap(g.astype({"L": float, "t_phase_one": float}), "t_phase_one")
     logL = np.log(g["L"].to_numpy(float))

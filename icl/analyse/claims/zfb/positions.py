@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 
 from icl.analyse.claims import FAILS, NOT_TESTABLE, fmt
-from icl.analyse.claims.judge import Band, Choices, DEFAULT, judge
+from icl.analyse.claims.judge import Band, Choices, DEFAULT, join, judge
 from icl.analyse.claims.zfb.inputs import WITH_POSITIONS, _z
 from icl.analyse.claims.zfb.setting import OverSeeds, Setting, _agg, _ratio_ci
-from icl.stats import MIN_SEEDS, welch_interval
+from icl.stats import MIN_SEEDS, equivalence_seeds, mean_interval, welch_interval
 
 
 def _spike(c: pd.DataFrame, N: int):
@@ -50,6 +50,39 @@ def same_law(pool: pd.DataFrame, c: pd.DataFrame) -> pd.DataFrame:
     return out if out["model"].nunique() == 1 else out.iloc[:0]
 
 
+EQUIVALENCE = 0.5     # the margin of an equivalence test: this share of the learned-position spike's own effect, in log
+
+
+def equivalence(value: float, learned: float, logs, other_logs=None) -> tuple[bool, str]:
+    """Whether the ratio of the two spikes is shown equal to 1 by two one-sided tests at 5 % each
+    (its 90 % interval on the logs inside ±m), the margin m = EQUIVALENCE × log(the learned-position
+    spike), the claim's own effect in the same runs; and the sentence saying so, or saying what 80 %
+    power would need (seeds an arm at today's spread). `logs`: the paired seeds' log ratios, or with
+    `other_logs` the two models' own seeds' log spikes (Welch). ('', False) where the learned-position
+    spike shows no effect to take a margin from (≤ 1)."""
+    if not (learned > 1 and math.isfinite(value)):
+        return False, ""
+    m = EQUIVALENCE * math.log(learned)
+    x = np.asarray(logs, float)
+    if other_logs is None:
+        _, lo, hi = mean_interval(x, level=0.90)
+        sd, arms, n = float(np.std(x, ddof=1)) if len(x) > 1 else math.nan, 1, len(x)
+    else:
+        y = np.asarray(other_logs, float)
+        _, lo, hi = welch_interval(x, y, level=0.90)
+        sd, arms, n = float(np.sqrt((np.var(x, ddof=1) + np.var(y, ddof=1)) / 2)), 2, min(len(x), len(y))
+    if not (math.isfinite(lo) and math.isfinite(hi) and math.isfinite(sd)):
+        return False, ""
+    margin = f"×{fmt(math.exp(m))} (half the learned-position spike {fmt(learned)}, in log)"
+    if -m < lo and hi < m:
+        return True, (f"equal within the margin {margin} by two one-sided tests at 5 %: the ratio's 90 % interval "
+                      f"[{fmt(math.exp(lo))}, {fmt(math.exp(hi))}] lies inside [{fmt(math.exp(-m))}, {fmt(math.exp(m))}]")
+    need = equivalence_seeds(sd, m, arms)
+    return False, (f"equivalence within the margin {margin} is not shown (90 % interval [{fmt(math.exp(lo))}, "
+                   f"{fmt(math.exp(hi))}] on {n} seeds); at today's spread (log-sd {sd:.2f}) two one-sided tests "
+                   f"would need {need} seeds {'an arm' if arms == 2 else 'paired'} for 80 % power")
+
+
 def unpaired(mine: pd.DataFrame, other: pd.DataFrame, N: int, Ms: int) -> OverSeeds | None:
     """The spike with learned positions over the spike without, where fewer than MIN_SEEDS seeds
     have both models learned but each model has at least MIN_SEEDS seeds of its own: the ratio of
@@ -60,7 +93,8 @@ def unpaired(mine: pd.DataFrame, other: pd.DataFrame, N: int, Ms: int) -> OverSe
         return None
     d, lo, hi = welch_interval(np.log(list(a.values())), np.log(list(b.values())))
     listed = lambda v: ", ".join(f"{k}: {fmt(x)}" for k, x in sorted(v.items()))      # noqa: E731
-    return OverSeeds(math.exp(d), math.exp(lo), math.exp(hi), text=(
+    return OverSeeds(math.exp(d), math.exp(lo), math.exp(hi), logs=(np.log(list(a.values())), np.log(list(b.values()))),
+                     text=(
         f"; fewer than {MIN_SEEDS} seeds have both models learned, so each model's own seeds are judged apart: "
         f"ratio of geometric means {fmt(math.exp(d))} [{fmt(math.exp(lo))}, {fmt(math.exp(hi))}] (95% Welch interval "
         f"on the logs; with learned positions, {len(a)} seeds: {listed(a)}; without, {len(b)} seeds: {listed(b)})"))
@@ -118,8 +152,17 @@ def length_spike(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     if st.few and s.seed_values is not None:
         st = unpaired(c, same_law(nopos, c), N, Ms) or st
     v, why = judge(st.lo, st.hi, band, choices, "the ratio of the two spikes", no_interval=st.few)
-    rows.append(s.row(cid, v, group=group, prediction=pred2, value=st.value, ci_lo=st.lo, ci_hi=st.hi,
-                      reason=why + (": removing the positions does not shrink the spike" if v == FAILS else ""),
+    if v == FAILS:
+        why += ": removing the positions does not shrink the spike"
+    elif not st.few and s.seed_values is not None:       # a null refuted by equivalence, against the claim's own effect
+        per = s.seed_values.get((cid, join(s.label, group)), {})
+        logs = st.logs or (np.log([x for x in per.values() if x > 0]), None)
+        equal, said = equivalence(st.value, rows[0]["value"], *logs)
+        if equal:
+            v, why = FAILS, f"removing the positions leaves the spike as it is: {said}"
+        elif said:
+            why = f"{why}; {said}"
+    rows.append(s.row(cid, v, group=group, prediction=pred2, value=st.value, ci_lo=st.lo, ci_hi=st.hi, reason=why,
                       measurement=(f"spike with learned positions {fmt(sp_l[0])}, without {fmt(sp_n[0])} "
                                    f"(model {', '.join(sorted(other['model'].unique()))}); ratio {fmt(q)} [{fmt(lo)}, {fmt(hi)}] "
                                    f"over {mine['data_id'].nunique()} shared training sets; 95% interval: delta method "

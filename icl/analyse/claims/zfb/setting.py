@@ -26,6 +26,7 @@ class OverSeeds(NamedTuple):
     few: str = ""
     seed_value: float = math.nan      # inside one seed: what this seed contributes (the value, unless `square`)
     at_bound: bool = False            # a root-mean-square whose whole interval of mean squares lies below 0 (judge's)
+    logs: tuple | None = None         # two sets of seeds judged apart (Welch): each set's logs, for an equivalence test
 
 
 @dataclass

@@ -1,0 +1,102 @@
+"""Theorem 1 as the bound it is: the constant the theory's own dynamics need, along the theorem's limit.
+
+Theorem 1 says T ≤ C·K·log(K/ε)/(ηδ²L²Δ²) with C unknown. A slope of log T on log(1/ε) at one K
+cannot contradict that over the finite range K ≥ 1/ε allows; what can is the constant a run needs,
+C = T·ηδ²L²Δ²/(K·log(K/ε)), growing along the theorem's own limit: K growing with ε = 1/K and δ =
+sqrt(20K/N) below min p_k. No run of a CPU's size is inside that limit beyond K = 4 (N ≥ 20K³), and
+the balanced flow is its δ → 0 end, where a bound in 1/δ² is infinite and charges nothing; the
+sampled-count flow at N = 80K³ (δ = min p_k / 2, inside at the constants ×½ and ×2) is the theory's
+own dynamics inside every hypothesis. On one collapse clock it is one universal flow stepped by the
+run's clock_per_epoch (icl.analyse.collapse.sampled_flow_time), so it costs a few seconds per K.
+
+`bound_along_K` reads, per seed (its own draw of the feature counts) and K, the needed constant at
+the step of the setting's fastest run (on one clock L moves only the step: τ at the other steps of
+ldl_flow_K agrees within 0.5 %), and judges the mean over seeds of the slope of log C on log K
+against (−∞, b]: b the slope of log log(K/ε) on log K, so that the bound with its log factor in or
+out both bound it. Holds where the slope's interval lies below b (the constant stays bounded),
+does not hold where it lies above (the constant grows: the theory's own dynamics need more time than
+the bound allows).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from icl.analyse import fits
+from icl.analyse.claims import FAILS, NOT_TESTABLE, fmt
+from icl.analyse.claims.judge import Band, Choices, DEFAULT, judge, too_few_seeds
+from icl.analyse.claims.ldl.clock import on_one_clock
+from icl.analyse.claims.ldl.flow import THEOREM
+from icl.analyse.claims.ldl.flow_domain import BOUND_GROUP
+from icl.analyse.claims.ldl.identities import probs
+from icl.analyse.claims.ldl.setting import Setting
+from icl.analyse.collapse import sampled_flow_time
+from icl.stats import MIN_SEEDS, mean_interval
+
+CID = "ldl.time_vs_eps"
+GROUP = BOUND_GROUP
+DELTA_SHARE = 0.5        # δ = this × min p_k: N = 20K/δ², inside the hypothesis at its constants ×½ and ×2
+SEEDS = MIN_SEEDS        # draws of the feature counts: the seed is the unit
+
+
+def needed_constant(T: float, eta: float, delta_conc: float, L: float, Delta: float, K: int, eps: float) -> float:
+    """C = T·ηδ²L²Δ²/(K·log(K/ε)): the constant Theorem 1's bound needs to cover a time T."""
+    return T * eta * delta_conc ** 2 * L ** 2 * Delta ** 2 / (K * math.log(K / eps))
+
+
+def bound_along_K(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
+    """Theorem 1's needed constant against K on the sampled-count flow inside its hypotheses (see the
+    module): one row for a setting whose runs span at least three K on one clock; nothing elsewhere."""
+    df = s.runs
+    if df.empty or "K" not in df or df["K"].isna().any() or df["K"].nunique() < 3:
+        return []
+    if not all(on_one_clock(g) for _, g in df.groupby("K")):
+        return []
+    pred = (f"the constant C = T·ηδ²L²Δ²/(K·log(K/ε)) that the theory's own dynamics need at ε = 1/K, δ = "
+            f"{DELTA_SHARE:g}·min p_k, bounded as K grows: the slope of log C on log K")
+    Ks = sorted(int(k) for k in df["K"].unique())
+    C = np.full((SEEDS, len(Ks)), np.nan)
+    at = []
+    for j, K in enumerate(Ks):
+        g = df[df["K"].astype(int) == K]
+        r = g.loc[g["clock_per_epoch"].astype(float).idxmax()]        # the fastest run's step: fewest epochs
+        p = probs(g)
+        dc = DELTA_SHARE * float(p.min() / p.sum())
+        N = int(math.ceil(20 * K / dc ** 2))
+        eps = 1.0 / K
+        for i in range(SEEDS):
+            T = sampled_flow_time(K, p, float(r["clock_per_epoch"]), N, int(r["M"]), i, eps ** 2)
+            if np.isfinite(T):
+                C[i, j] = needed_constant(T, float(r["lr"]), math.sqrt(20 * K / N), float(r["L"]), float(r["delta"]),
+                                          K, eps)
+        at.append(f"K = {K}: C = {fmt(float(np.nanmedian(C[:, j])))} (N = {N}, L = {float(r['L']):g})")
+    logK = np.log(np.asarray(Ks, float))
+    ok = np.isfinite(C).all(axis=1)
+    slopes = np.array([fits._ols_slope(logK, np.log(C[i])) for i in range(SEEDS) if ok[i]])
+    b = fits._ols_slope(logK, np.log(np.log(np.asarray(Ks, float) ** 2)))
+    band = Band(-math.inf, b, source="Theorem 1's bound with its log(K/ε) factor in or out: a constant that grows no "
+                                     "faster than that factor is bounded")
+    meas = (f"the sampled-count flow (feature counts drawn at N = 80K³, the runs' {int(df['M'].iloc[0])} prompts, the "
+            f"fastest run's step on the clock; {SEEDS} draws): " + "; ".join(at)
+            + (f"; slope per draw {', '.join(f'{x:+.3f}' for x in slopes)}" if len(slopes) else "")
+            + f"; the runs (N = {int(df['N'].min())} to {int(df['N'].max())}) lie outside δ < min p_k and are not charged")
+    if (few := too_few_seeds(len(slopes))):
+        r = s.row(CID, NOT_TESTABLE, group=GROUP, prediction=f"{pred} in {band.text(choices.band)}", measurement=meas, domain="",
+                  reason=f"the flow reached ε = 1/K at every K in too few draws: {few}")
+        r["_flow"] = True
+        return [r]
+    m, lo, hi = mean_interval(slopes)
+    v, why = judge(lo, hi, band, choices, "the slope of the needed constant")
+    r = s.row(CID, v, group=GROUP, prediction=f"{pred} in {band.text(choices.band)}", value=m, ci_lo=lo, ci_hi=hi,
+              reason=why, domain="", measurement=meas + f"; mean {m:+.3f} [{fmt(lo)}, {fmt(hi)}] (95% Student-t interval over "
+                                             f"{len(slopes)} draws)", eps=1.0 / max(Ks))
+    r["flow_value"], r["flow_lo"], r["flow_hi"] = m, lo, hi
+    r["_flow"] = True            # judged on the flow inside the hypotheses (icl.analyse.claims.ldl.hypotheses skips it)
+    r["hypotheses"] = (f"K ≥ 1/ε: ε = 1/K, met (1×); N ≥ K³: N = 80K³, met (80×); δ < min p_k: δ = {DELTA_SHARE:g}·min "
+                       f"p_k, met ({fmt(1 / DELTA_SHARE)}×)")
+    if v == FAILS:
+        r["against"] = THEOREM
+        r["reason"] += "; the theory's own dynamics inside every hypothesis need a constant that grows with K"
+    return [r]
