@@ -252,10 +252,26 @@ def test_collapse_spread_is_zero_on_one_curve_and_measures_a_stretch():
 
 
 def test_no_clock_no_tables():
+    """No run on one clock, or tables analysed before theory.parquet had `one_clock` (icl analyse
+    re-judges old results): empty tables with their columns, no error."""
     tabs = _collapse_tables()
     tabs["theory"]["one_clock"] = False
     clk, col = collapse.clock_tables(tabs)
     assert clk.empty and col.empty and list(col.columns) == collapse.COLLAPSE_COLUMNS
+    old = _collapse_tables()
+    old["theory"] = old["theory"].drop(columns=["one_clock"])
+    clk, col = collapse.clock_tables(old)
+    assert clk.empty and list(clk.columns) == collapse.CLOCK_COLUMNS and col.empty
+
+
+def test_a_run_that_misses_a_crossing_its_flow_makes_departs():
+    """A run that never reached 10⁻² of its start while its flow at its own step did, the others
+    as measured: the runs do not follow the clock, and the check counts it."""
+    from icl.analyse.claims.ldl import clock
+    df = _phase_diagram_runs()
+    df.loc[(df["L"] == 3.0) & (df["seed"] == 4), "t_rel_1e-2"] = np.nan
+    c = clock.check(df, "t_rel_1e-2")
+    assert not c.follows and c.missed == 1 and "1 run never reached it where its flow did" in c.text()
 
 
 def test_the_page_opens_with_the_clock_and_its_numbers():

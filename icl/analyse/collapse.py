@@ -86,7 +86,7 @@ def flow_times(g: pd.DataFrame, tcol: str) -> np.ndarray | None:
             j = int(hit[0])
             a, b = y[max(j - 1, 0)], y[j]
             out[i] = float(j) if j == 0 or b == a else j - 1 + (target - a) / (b - a)
-    return out
+    return np.where(out <= g["epochs"].astype(float).to_numpy(), out, np.nan)     # within each run's own epochs
 
 
 def continuous_tau(K: int, p: np.ndarray) -> float:
@@ -136,6 +136,8 @@ def clock_tables(tabs: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     """clock.parquet and collapse.parquet of an experiment's tables (empty where no run is on one clock)."""
     df = _clock_runs(tabs)
     rows, groups = [], []
+    if df.empty:                       # no run on one clock, or tables made before theory.parquet had one_clock
+        return pd.DataFrame(columns=CLOCK_COLUMNS), pd.DataFrame(columns=COLLAPSE_COLUMNS)
     probs_key = df["probs"].astype(object).where(df["probs"].notna(), "") if "probs" in df else \
         pd.Series("", index=df.index, dtype=object)
     for (model, K, pk), g in df.groupby([df["model"].astype(str), df["K"].astype(int), probs_key.astype(str)],

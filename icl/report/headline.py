@@ -472,6 +472,8 @@ def clock_sentences(tabs: dict) -> list[str]:
     out = []
     for r in col.to_dict("records"):
         mine = runs[(runs["model"] == r["model"]) & (runs["K"].astype(float) == float(r["K"]))]
+        if "probs" in mine:                    # collapse.parquet is per K and p (as icl.analyse.collapse keys it)
+            mine = mine[mine["probs"].astype(object).where(mine["probs"].notna(), "").astype(str) == (r["probs"] or "")]
         spans = [f"{mine[c].nunique()} {name}" for c, name in CLOCK_SETTINGS if c in mine and mine[c].nunique() > 1]
         n = int(r["runs"])
         text = (f"One clock: {r['model']}'s {claims.count(n, 'run')} at K = {int(r['K'])} ("
@@ -500,7 +502,11 @@ def clock_sentences(tabs: dict) -> list[str]:
                       ("the runs' own task draws", "run_departure_max")) if np.isfinite(r[col_])]
             if parts:
                 text += ": " + ", ".join(parts)
-        text += (". L, Δ and N differ in these runs only through the step, the counts and the draws: the flat/sharp "
+        apart = np.isfinite(r["loss_settings"]) and np.isfinite(r["loss_seeds"]) and r["loss_settings"] > r["loss_seeds"]
+        text += (". Their settings sit further apart than their seeds, so the data can still tell L, Δ or N apart here "
+                 "(the step and the counts are the clock's sources of that; the claims' rows check it per setting)."
+                 if apart else
+                 ". L, Δ and N differ in these runs only through the step, the counts and the draws: the flat/sharp "
                  "split is a difference between the theorems' bounds, not between the dynamics.")
         out.append(text)
     return out

@@ -231,15 +231,14 @@ FLOW_LEVEL = 0.5     # half of the flow's start (uniform attention's loss): the 
 
 
 def flow_crossing_rows(flows: list[tuple]) -> pd.DataFrame:
-    """Per run, read on every epoch of its flows (mean_field_flows): the epoch at which the balanced
-    flow at its own step (`flow_t_unif_5e-1`) and its sampled-count flow (`flow_t_unif_5e-1_sampled`)
-    first fall to FLOW_LEVEL of their start, interpolated in log-loss (NaN if never): the times
-    icl.analyse.collapse sets beside the run's own t_unif_5e-1 on the clock."""
+    """Per run, read on every epoch of its sampled-count flow (mean_field_flows): the epoch at which it
+    first falls to FLOW_LEVEL of its start (`flow_t_unif_5e-1_sampled`), interpolated in log-loss (NaN
+    if never): the time icl.analyse.collapse sets beside the run's own t_unif_5e-1 on the clock (the
+    balanced flow's it integrates itself, from the step alone)."""
     import pandas as pd
-    rows = [{"run_id": run_id, "flow_t_unif_5e-1": first_crossing(loss / loss[0], FLOW_LEVEL),
-             "flow_t_unif_5e-1_sampled": first_crossing(smp / smp[0], FLOW_LEVEL)}
-            for run_id, _, (loss, _), smp in flows]
-    return pd.DataFrame(rows, columns=["run_id", "flow_t_unif_5e-1", "flow_t_unif_5e-1_sampled"])
+    rows = [{"run_id": run_id, "flow_t_unif_5e-1_sampled": first_crossing(smp / smp[0], FLOW_LEVEL)}
+            for run_id, _, _, smp in flows]
+    return pd.DataFrame(rows, columns=["run_id", "flow_t_unif_5e-1_sampled"])
 
 
 def first_crossing(ratio: np.ndarray, x: float) -> float:

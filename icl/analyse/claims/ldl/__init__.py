@@ -111,7 +111,7 @@ def verdicts(tabs: dict, model: str) -> list[dict]:
                     measurement="—", reason=f"every run of this setting is outside Eq. 4's domain: {why}")]
     if "K" in cols:                      # Theorem 1 as a bound: its needed constant along K, on the flow inside it
         for lab, g in by_setting(df, [c for c in cols if c != "K"]):
-            rows += bound_along_K(setting(lab, g, left_out=False))
+            rows += robust(bound_along_K, setting(lab, g, left_out=False), uses=("band",))
     for lab, g in by_setting(df, [c for c in cols if c != "lr"]):      # the learning rate is step size's axis
         rows += robust(step_size, setting(lab, g, left_out=False), uses=("band",))
     rows = same_runs_once(clock_once(once(rows, df, cols), df, cols, tabs["theory_curves"]), df, cols, curves)
@@ -220,16 +220,16 @@ def once(rows: list[dict], df, cols: list[str]) -> list[dict]:
 
 
 def _runs_print(g: pd.DataFrame, curves: pd.DataFrame) -> tuple:
-    """The runs `g` as a comparable value: per seed its train loss over its start at every logged
-    epoch (8 significant digits), sorted by seed; () where a run has no curve."""
+    """The runs `g` as a comparable value: per seed its train loss at every logged epoch (8
+    significant digits: the very same losses, not one relative curve), sorted by seed; () where a
+    run has no curve."""
     c = curves[curves["run_id"].isin(g["run_id"])]
     if c["run_id"].nunique() < len(g):
         return ()
     seed = dict(zip(g["run_id"], g["seed"]))
     out = []
     for rid, r in c.sort_values("epoch").groupby("run_id"):
-        v = r["value"].to_numpy(float)
-        out.append((int(seed[rid]), tuple(float(f"{x:.8g}") for x in v / v[0])))
+        out.append((int(seed[rid]), tuple(float(f"{x:.8g}") for x in r["value"].to_numpy(float))))
     return tuple(sorted(out))
 
 
@@ -266,7 +266,6 @@ def same_runs_once(rows: list[dict], df: pd.DataFrame, cols: list[str], curves: 
             continue
         out.append({**r, "verdict": NOT_TESTABLE, "ci_lo": math.nan, "ci_hi": math.nan, "fragile": "", "against": None,
                     "reason": f"the same runs as the row '{dup[home]}': their train losses are equal at every logged "
-                              f"epoch and seed, as an identity of the clock makes two settings one dynamics (in LDL's "
-                              f"model Δ → 2Δ with L → L/2, c tied to L and the step over 16 rescales Q and nothing "
-                              f"else); one measurement, reported once, there"})
+                              f"epoch and seed (8 significant digits), so the two settings are one measurement, "
+                              f"reported once, there"})
     return out

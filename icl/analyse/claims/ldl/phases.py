@@ -16,6 +16,9 @@ from icl.analyse.claims.ldl.setting import CONVERGED, RESOLUTION, SHARE_BAND, Se
 from icl.analyse.claims.ldl.stability import _boundary_slopes, _seed_counts, _seed_cube
 
 
+WHOLE_CURVE = ("t_unif_5e-1", "t_rel_1e-2")    # a count reads the whole curve: the clock is checked early and late
+
+
 def phase_runs(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """The runs whose window can show their phases, and a sentence counting the others: those
     whose own attention reached Phase I's end, 1/(1+δ), within RESOLUTION steps (Phase I shorter
@@ -61,7 +64,9 @@ def phases_claim(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     al.'s critical points of λ̂ against log t), with the same interval and band; it holds inside
     the band and reads inconclusive outside it (no theorem makes λ̂'s stages LDL's phases, so
     another count questions reading one as the other, not Props. 2-4). Both rows say in how many
-    runs the two instruments give the same count."""
+    runs the two instruments give the same count. On runs that follow one collapse clock early and
+    late (icl.analyse.claims.ldl.clock) every L has one curve, so one count: both rows read not
+    testable, naming the clock."""
     cid = "ldl.phases"
     df = s.runs
     if (why := scale_identity(df)):
@@ -76,7 +81,7 @@ def phases_claim(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     keep, note = phase_runs(df)
     reg = regimes(keep, choices.lstar)
     fixed, _ = clock.decides(df, "the number of phases at every L (one curve in τ has one count: a count that "
-                                     "differs between the regimes is the step's or the counter's)")
+                                 "differs between the regimes is the step's or the counter's)", WHOLE_CURVE)
     rows = []
     for rg, want in (("flat", 2), ("sharp", 3)):
         here = keep[reg == rg]
@@ -173,7 +178,7 @@ def transition_at_Lstar(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     v, why = judge(lo, hi, band, choices, "the one-phase-apart share")
     if (weak := _weak({"flat": power(fr), "sharp": power(sr)})):
         v, why = NOT_TESTABLE, weak
-    if (fixed := clock.decides(df, "the phase count at every L, so a transition between the regimes")[0]):
+    if (fixed := clock.decides(df, "the phase count at every L, so a transition between the regimes", WHOLE_CURVE)[0]):
         v, why = NOT_TESTABLE, fixed
     return [s.row(cid, v, eps=_eps(df), prediction=pred, value=frac, ci_lo=lo, ci_hi=hi, reason=why,
                   measurement=join(f"{int(one_more.sum())} of {m} flat/sharp run pairs one phase apart ({frac:.0%}, "
@@ -202,7 +207,8 @@ def phase_boundary(s: Setting, axis: str, choices: Choices = DEFAULT) -> list[di
         return [s.row(cid, NOT_TESTABLE, group=group, prediction=pred, measurement="—", reason=why)]
     keep, note = phase_runs(df)
     reg = regimes(keep, choices.lstar)
-    if (fixed := clock.decides(df, f"the phase count at every L, Δ and N, so the boundary's move with {name}")[0]):
+    if (fixed := clock.decides(df, f"the phase count at every L, Δ and N, so the boundary's move with {name}",
+                               WHOLE_CURVE)[0]):
         counts = keep.groupby(axis)["n_phases"].agg(lambda n: ", ".join(f"{int(k)}: {c}" for k, c in
                                                                         sorted(n.dropna().value_counts().items())))
         return [s.row(cid, NOT_TESTABLE, eps=_eps(df), group=group, prediction=pred, reason=fixed,

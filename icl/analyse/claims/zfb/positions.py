@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from icl.analyse.claims import FAILS, NOT_TESTABLE, fmt
+from icl.analyse.claims import FAILS, NOT_TESTABLE, UNSURE, fmt
 from icl.analyse.claims.judge import Band, Choices, DEFAULT, join, judge
 from icl.analyse.claims.zfb.inputs import WITH_POSITIONS, _z
 from icl.analyse.claims.zfb.setting import OverSeeds, Setting, _agg, _ratio_ci
@@ -106,7 +106,9 @@ def length_spike(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     with positional: none on the same training data (ratio of the two spikes > 1, paired by N,
     seed and training law; where fewer than five seeds have both models learned, each model's own
     seeds apart, Welch's interval on the logs: `unpaired`). 95% intervals by the delta method on the
-    test prompts' standard errors."""
+    test prompts' standard errors. An inconclusive comparison over seeds can be refuted by
+    equivalence: two one-sided tests at 5 % against half the learned-position spike in log, the
+    claim's own effect (`equivalence`), the margin and the seeds 80 % power would need said."""
     cid = "zfb.length_spike"
     pred = "error at M > N above its value at M = N with learned positions (random beyond N), not (or less) without"
     pos = s.positional()
@@ -154,7 +156,7 @@ def length_spike(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     v, why = judge(st.lo, st.hi, band, choices, "the ratio of the two spikes", no_interval=st.few)
     if v == FAILS:
         why += ": removing the positions does not shrink the spike"
-    elif not st.few and s.seed_values is not None:       # a null refuted by equivalence, against the claim's own effect
+    elif v == UNSURE and not st.few and s.seed_values is not None:   # a null refuted by equivalence, against its own effect
         per = s.seed_values.get((cid, join(s.label, group)), {})
         logs = st.logs or (np.log([x for x in per.values() if x > 0]), None)
         equal, said = equivalence(st.value, rows[0]["value"], *logs)
