@@ -57,21 +57,10 @@ def bound_along_K(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     pred = (f"the constant C = T·ηδ²L²Δ²/(K·log(K/ε)) that the theory's own dynamics need at ε = 1/K, δ = "
             f"{DELTA_SHARE:g}·min p_k, bounded as K grows: the slope of log C on log K")
     Ks = sorted(int(k) for k in df["K"].unique())
-    C = np.full((SEEDS, len(Ks)), np.nan)
-    at = []
-    for j, K in enumerate(Ks):
-        g = df[df["K"].astype(int) == K]
-        r = g.loc[g["clock_per_epoch"].astype(float).idxmax()]        # the fastest run's step: fewest epochs
-        p = probs(g)
-        dc = DELTA_SHARE * float(p.min() / p.sum())
-        N = int(math.ceil(20 * K / dc ** 2))
-        eps = 1.0 / K
-        for i in range(SEEDS):
-            T = sampled_flow_time(K, p, float(r["clock_per_epoch"]), N, int(r["M"]), i, eps ** 2)
-            if np.isfinite(T):
-                C[i, j] = needed_constant(T, float(r["lr"]), math.sqrt(20 * K / N), float(r["L"]), float(r["delta"]),
-                                          K, eps)
-        at.append(f"K = {K}: C = {fmt(float(np.nanmedian(C[:, j])))} (N = {N}, L = {float(r['L']):g})")
+    key = ("bound", tuple(df["run_id"]))        # measured once per setting: robust() re-judges it under other bands
+    if key not in s.flows:
+        s.flows[key] = _constants(df, Ks)
+    C, at = s.flows[key]
     logK = np.log(np.asarray(Ks, float))
     ok = np.isfinite(C).all(axis=1)
     slopes = np.array([fits._ols_slope(logK, np.log(C[i])) for i in range(SEEDS) if ok[i]])
@@ -99,3 +88,24 @@ def bound_along_K(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
         r["against"] = THEOREM
         r["reason"] += "; the theory's own dynamics inside every hypothesis need a constant that grows with K"
     return [r]
+
+
+def _constants(df: pd.DataFrame, Ks: list[int]) -> tuple[np.ndarray, list[str]]:
+    """The needed constant per draw and K (SEEDS × len(Ks)), on the sampled-count flow at N = 20K/δ²,
+    δ = DELTA_SHARE·min p_k, at the step of each K's fastest run; and a phrase per K."""
+    C = np.full((SEEDS, len(Ks)), np.nan)
+    at = []
+    for j, K in enumerate(Ks):
+        g = df[df["K"].astype(int) == K]
+        r = g.loc[g["clock_per_epoch"].astype(float).idxmax()]        # the fastest run's step: fewest epochs
+        p = probs(g)
+        dc = DELTA_SHARE * float(p.min() / p.sum())
+        N = int(math.ceil(20 * K / dc ** 2))
+        eps = 1.0 / K
+        for i in range(SEEDS):
+            T = sampled_flow_time(K, p, float(r["clock_per_epoch"]), N, int(r["M"]), i, eps ** 2)
+            if np.isfinite(T):
+                C[i, j] = needed_constant(T, float(r["lr"]), math.sqrt(20 * K / N), float(r["L"]), float(r["delta"]),
+                                          K, eps)
+        at.append(f"K = {K}: C = {fmt(float(np.nanmedian(C[:, j])))} (N = {N}, L = {float(r['L']):g})")
+    return C, at
