@@ -39,6 +39,8 @@ CID = "ldl.time_vs_eps"
 GROUP = BOUND_GROUP
 DELTA_SHARE = 0.5        # δ = this × min p_k: N = 20K/δ², inside the hypothesis at its constants ×½ and ×2
 SEEDS = MIN_SEEDS        # draws of the feature counts: the seed is the unit
+MIN_PROMPTS = 64         # the flow's prompts: the runs' own, at least this many (a smoke run's 4 leave most of
+                         # K = 64's features unqueried, and its loss then takes ten times the epochs to fall)
 
 
 def needed_constant(T: float, eta: float, delta_conc: float, L: float, Delta: float, K: int, eps: float) -> float:
@@ -66,7 +68,7 @@ def bound_along_K(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     slopes = np.array([fits._ols_slope(logK, np.log(C[i])) for i in range(SEEDS) if ok[i]])
     band = Band(-math.inf, 0.0, source="Theorem 1's bound, its log(K/ε) factor in C's denominator: a bounded C does not "
                                        "grow with K (without the factor it would have to fall faster still)")
-    meas = (f"the sampled-count flow (feature counts drawn at N = 80K³, the runs' {int(df['M'].iloc[0])} prompts, the "
+    meas = (f"the sampled-count flow (feature counts drawn at N = 80K³, {max(int(df['M'].iloc[0]), MIN_PROMPTS)} prompts, the "
             f"fastest run's step on the clock; {SEEDS} draws): " + "; ".join(at)
             + (f"; slope per draw {', '.join(f'{x:+.3f}' for x in slopes)}" if len(slopes) else "")
             + f"; the runs (N = {int(df['N'].min())} to {int(df['N'].max())}) lie outside δ < min p_k and are not charged")
@@ -103,7 +105,7 @@ def _constants(df: pd.DataFrame, Ks: list[int]) -> tuple[np.ndarray, list[str]]:
         N = int(math.ceil(20 * K / dc ** 2))
         eps = 1.0 / K
         for i in range(SEEDS):
-            T = sampled_flow_time(K, p, float(r["clock_per_epoch"]), N, int(r["M"]), i, eps ** 2)
+            T = sampled_flow_time(K, p, float(r["clock_per_epoch"]), N, max(int(r["M"]), MIN_PROMPTS), i, eps ** 2)
             if np.isfinite(T):
                 C[i, j] = needed_constant(T, float(r["lr"]), math.sqrt(20 * K / N), float(r["L"]), float(r["delta"]),
                                           K, eps)
