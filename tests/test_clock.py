@@ -305,3 +305,64 @@ def test_settings_that_train_the_same_runs_are_reported_once():
     assert [r["group"] for r in out] == ["delta=3; L=1", "delta=6; L=0.5", "delta=6; L=0.25"]
     assert out[1]["verdict"] == NOT_TESTABLE and "the same runs as the row 'delta=3; L=1'" in out[1]["reason"]
     assert out[0]["verdict"] == out[2]["verdict"] == "inconclusive"
+
+
+# ----------------------------------------------------------------------------- where runs leave their flow
+
+def _two_N(depart_1600: dict, depart_6400: dict):
+    """The phase diagram's runs at N = 1600 and, as a second value of N (6400: L* twice as large), the
+    same measured times with another seed order (each seed's times rotated by two), each stretched
+    where `depart_*` says: a run that leaves its flow at a fixed step (a slower tail)."""
+    a = _phase_diagram_runs(depart_1600)
+    b = _phase_diagram_runs()
+    b["t_rel_1e-2"] = [PD_T[L][(s + 2) % 6] * depart_6400.get(L, 1.0) for L, s in zip(b["L"], b["seed"])]
+    b["N"], b["run_id"] = 6400, b["run_id"] + "b"
+    b["L_split"] = b["L_star"] = ldl.L_star(4, 6400, 3.0)
+    return pd.concat([a, b], ignore_index=True)
+
+
+def test_runs_that_follow_their_flow_show_no_transition():
+    """The measured times: the paired departure from the continuous flow stays under one margin at
+    every L (the seeds' range at L = 0.5 plus the crossing's resolution), so no transition is read."""
+    from icl.analyse.claims.ldl.departure import departure
+    d = departure(_phase_diagram_runs())
+    assert d.transition is None and np.nanmax(d.mean) < 1.0
+    assert 0.1 < d.margins["t_rel_1e-2"] < 0.25
+    assert "no transition in the swept range" in d.text()
+
+
+def test_runs_that_slow_down_leave_their_flow_between_the_Ls():
+    """L = 2 and 3 taking 1.5× as long (log 0.41, beyond the margin): the transition is read between
+    L = 1.5 and 2, at their geometric mean; a diverged run counts as leaving its flow outright."""
+    from icl.analyse.claims.ldl.departure import departure
+    d = departure(_phase_diagram_runs({2.0: 1.5, 3.0: 1.5}))
+    assert d.transition == pytest.approx(math.sqrt(3.0))
+    df = _phase_diagram_runs()
+    df.loc[df["L"] == 3.0, "diverged"] = True
+    assert departure(df).transition == pytest.approx(math.sqrt(6.0))
+
+
+def test_the_boundary_against_N_is_read_where_runs_leave_their_flow():
+    """On one clock the phase count cannot move with N, but where runs leave their flow can. Leaving
+    it at L ≈ 0.87 at N = 1600 and 1.73 at N = 6400 is a slope of +½ on log N (L*'s), known to ±0.17
+    from the L grid's cells alone: holds. Leaving it at the same L at both is the step's slope, 0 (N
+    does not enter the clock): does not hold, the band being half the way from L*'s exponent to the
+    step's. Runs that follow their flow at both read not testable; on the phase diagram's own grid
+    (N doubling, L* moving 1.41×, about one cell) the same +½ cannot be told from 0: inconclusive."""
+    from icl.analyse.claims.ldl.phases import phase_boundary
+    late = {2.0: 1.5, 3.0: 1.5}
+    moves = _two_N({1.0: 1.5, 1.5: 1.5, **late}, late)
+    [r] = phase_boundary(Setting("softmax_q", "", moves), "N")
+    assert r["verdict"] == HOLDS and r["value"] == pytest.approx(0.5), r
+    assert r["ci_lo"] == pytest.approx(0.5 - 1.96 * 0.0847, abs=0.01) and r["ci_hi"] < 0.75
+    assert "the step's edge (the same step on the clock) predicts a slope of +0.00" in r["measurement"]
+    still = _two_N({2.0: 1.5, 3.0: 1.5}, {2.0: 1.5, 3.0: 1.5})
+    [r] = phase_boundary(Setting("softmax_q", "", still), "N")
+    assert r["verdict"] == FAILS and r["value"] == pytest.approx(0.0), r
+    assert "half the way to the step's" in r["prediction"]
+    [r] = phase_boundary(Setting("softmax_q", "", _two_N({}, {})), "N")
+    assert r["verdict"] == NOT_TESTABLE and "fewer than two values of N" in r["reason"], r
+    coarse = _two_N({1.5: 1.5, 2.0: 1.5, 3.0: 1.5}, {2.0: 1.5, 3.0: 1.5})
+    coarse.loc[coarse["N"] == 6400, "N"] = 3200
+    [r] = phase_boundary(Setting("softmax_q", "", coarse), "N")
+    assert r["verdict"] not in (HOLDS, FAILS) and r["ci_lo"] < 0.25 and r["ci_hi"] > 0.75, r

@@ -71,7 +71,7 @@ def flow_times(g: pd.DataFrame, tcol: str) -> np.ndarray | None:
     clock = g["clock_per_epoch"].astype(float).to_numpy()
     epochs = int(g["epochs"].max())
     steps, inv = np.unique(clock, return_inverse=True)
-    loss, own = universal_flows(int(g["K"].iloc[0]), _probs(g), steps, epochs)
+    loss, own = universal_flows(int(g["K"].iloc[0]), probs_of(g), steps, epochs)
     if tcol == "t_phase_one":
         series, level = own, 1.0 / (1.0 + np.sqrt(20.0 * g["K"].astype(float).to_numpy() / g["N"].astype(float).to_numpy()))
     else:
@@ -89,14 +89,14 @@ def flow_times(g: pd.DataFrame, tcol: str) -> np.ndarray | None:
     return np.where(out <= g["epochs"].astype(float).to_numpy(), out, np.nan)     # within each run's own epochs
 
 
-def continuous_tau(K: int, p: np.ndarray) -> float:
-    """τ at which the continuous balanced flow falls to half its start: the flow at a step small
+def continuous_tau(K: int, p: np.ndarray, level: float = LEVEL) -> float:
+    """τ at which the continuous balanced flow falls to `level` of its start: the flow at a step small
     enough that its discreteness moves τ by under 1e-3 (two step sizes agree to that)."""
-    guess = 2.0 * K * np.log(max(K, 2))
+    guess = 2.0 * K * np.log(max(K, 2)) * max(1.0, np.log(1.0 / level) / np.log(2.0))
     for _ in range(6):
         step = guess / CONTINUOUS_STEPS
         loss, _ = universal_flows(K, p, np.array([step, step / 2]), 2 * CONTINUOUS_STEPS)
-        t = crossing_time(loss, np.arange(loss.shape[1], dtype=float), LEVEL).to_numpy(float, na_value=np.nan)
+        t = crossing_time(loss, np.arange(loss.shape[1], dtype=float), level).to_numpy(float, na_value=np.nan)
         if np.isfinite(t).all() and t[0] * step < guess:
             return float(t[1] * step / 2)
         guess *= 4
@@ -115,7 +115,8 @@ def _clock_runs(tabs: dict) -> pd.DataFrame:
     return exclude(df)[0] if len(df) else df
 
 
-def _probs(g: pd.DataFrame) -> np.ndarray:
+def probs_of(g: pd.DataFrame) -> np.ndarray:
+    """The feature frequencies p of runs `g` (one K and p): the configured ones, else uniform."""
     raw = g["probs"].dropna().iloc[0] if "probs" in g and g["probs"].notna().any() else None
     return feature_probs({"K": int(g["K"].iloc[0]), "probs": json.loads(raw) if raw else None})
 
@@ -142,7 +143,7 @@ def clock_tables(tabs: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
         pd.Series("", index=df.index, dtype=object)
     for (model, K, pk), g in df.groupby([df["model"].astype(str), df["K"].astype(int), probs_key.astype(str)],
                                         sort=True, dropna=False):
-        p = _probs(g)
+        p = probs_of(g)
         clock = g["clock_per_epoch"].astype(float).to_numpy()
         t_flow = flow_times(g, TCOL)
         tau_c = continuous_tau(int(K), p)

@@ -9,7 +9,7 @@ import pandas as pd
 from icl import stats
 from icl.analyse.claims import FAILS, NOT_TESTABLE, UNSURE, fmt
 from icl.analyse.claims.judge import Band, Choices, DEFAULT, join, judge, share, too_few_seeds
-from icl.analyse.claims.ldl import clock
+from icl.analyse.claims.ldl import clock, departure
 from icl.analyse.claims.ldl.identities import regimes, resolved, scale_identity, steps
 from icl.analyse.claims.ldl.phase_power import POWER, Power, pct, power, text
 from icl.analyse.claims.ldl.setting import CONVERGED, RESOLUTION, SHARE_BAND, Setting, converged
@@ -153,7 +153,9 @@ def transition_at_Lstar(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     of pairs whose sharp run counts exactly one phase more, with its exact binomial
     (Clopper–Pearson) interval over the flat runs' seeds, is judged against [½, 1], where the
     counter's measured power is at least 80% in both regimes (else not testable). Where Δ or N is
-    swept, the rows `boundary against Δ / N` (phase_boundary) fit where the count crosses 2.5."""
+    swept, the rows `boundary against Δ / N` (phase_boundary) fit where the count crosses 2.5. On
+    runs that follow one collapse clock the row reads not testable, naming the clock, and says where
+    the runs leave their flow (icl.analyse.claims.ldl.departure)."""
     cid = "ldl.transition_at_Lstar"
     band = SHARE_BAND
     pred = f"sharp run one phase more than flat (3 − 2) in a share of flat/sharp run pairs {band.text(choices.band)}"
@@ -178,19 +180,102 @@ def transition_at_Lstar(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     v, why = judge(lo, hi, band, choices, "the one-phase-apart share")
     if (weak := _weak({"flat": power(fr), "sharp": power(sr)})):
         v, why = NOT_TESTABLE, weak
+    left = ""
     if (fixed := clock.decides(df, "the phase count at every L, so a transition between the regimes", WHOLE_CURVE)[0]):
         v, why = NOT_TESTABLE, fixed
+        d = departure.departure(df)      # the one transition a fixed step can still make: where the runs leave their flow
+        left = f"where the runs leave their flow: {d.text()}" if d is not None else ""
     return [s.row(cid, v, eps=_eps(df), prediction=pred, value=frac, ci_lo=lo, ci_hi=hi, reason=why,
                   measurement=join(f"{int(one_more.sum())} of {m} flat/sharp run pairs one phase apart ({frac:.0%}, "
                                    f"95% interval [{fmt(lo)}, {fmt(hi)}] over the seeds); mean phases {f.mean():.2f} "
-                                   f"below L* ({len(f)} runs), {sh.mean():.2f} above ({len(sh)})", note))]
+                                   f"below L* ({len(f)} runs), {sh.mean():.2f} above ({len(sh)})", left, note))]
+
+
+def departure_boundary(s: Setting, axis: str, pred: str, band: Band, fixed: str, choices: Choices) -> list[dict]:
+    """On runs that follow one clock the phase count cannot move with Δ or N; what can is where a
+    fixed step makes the runs leave their flow (icl.analyse.claims.ldl.departure). Its L per value of
+    `axis`, and the slope of log L on log value bootstrapped over seeds (at least 5), judged against
+    L*'s exponent (`band`), with the step's edge beside it (the L at which the step on the clock is
+    the one the runs left their flow at, per value: N does not enter the clock). Not testable where
+    the runs leave their flow at fewer than two values inside the swept L."""
+    cid, name, group = "ldl.transition_at_Lstar", {"delta": "Δ", "N": "N"}[axis], f"boundary against {'Δ' if axis == 'delta' else axis}"
+    df = s.runs
+    pred = pred.replace("phase boundary", "where the runs leave their flow")
+    made = departure.cube(df, axis)
+    if made is None:
+        return [s.row(cid, NOT_TESTABLE, eps=_eps(df), group=group, prediction=pred, measurement="—",
+                      reason=join(fixed, "where the runs leave their flow cannot be read here (a value with fewer "
+                                         "than two L or two seeds resolved)"))]
+    vals, vs, Ls, deps = made
+    per = "; ".join(f"{name} = {v:g}: {d.lead()}" for v, d in deps.items())
+    sl, bounds = _boundary_slopes(vals, vs, Ls, np.ones((1, vals.shape[-1])))
+    sl, bounds = float(sl[0]), bounds[0]
+    if not np.isfinite(sl):
+        return [s.row(cid, NOT_TESTABLE, eps=_eps(df), group=group, prediction=pred, measurement=per,
+                      reason=join(fixed, f"the only transition left at a fixed step is where the runs leave their flow, "
+                                         f"and they leave it inside the swept L at fewer than two values of {name}, so "
+                                         f"its move with {name} cannot be read"))]
+    lo, hi = stats.percentile_interval(_boundary_slopes(vals, vs, Ls, _seed_counts(vals.shape[-1]))[0], vals.shape[-1])
+    grid = _grid_sd(vs, Ls, bounds)            # a boundary on the L grid is known to within its cell
+    lo, hi = lo - 1.96 * grid, hi + 1.96 * grid
+    step_slope, edge = _step_edge(df, axis, vs, bounds)
+    if np.isfinite(step_slope) and abs(band.lo - step_slope) < 2 * band.tol:    # the band must tell L* from the step
+        band = Band(band.lo, band.hi, abs(band.lo - step_slope) / 2, source="half the way to the step's own exponent")
+        pred = f"{pred.split(',')[0]}, {band.text(choices.band)} (half the way to the step's {step_slope:+.2f})"
+    meas = join(f"where the runs leave their flow, by {name}: " + ", ".join(f"{v:g}: L ≈ {b:.3g}" for v, b in zip(vs, bounds))
+                + f"; slope {sl:.2f} [{fmt(lo)}, {fmt(hi)}] over {vals.shape[-1]} seeds; the step's edge (the same step "
+                  f"on the clock) predicts {edge}", per)
+    if (few := too_few_seeds(vals.shape[-1])):
+        return [s.row(cid, UNSURE, eps=_eps(df), group=group, prediction=pred, value=sl, reason=few, measurement=meas)]
+    v, why = judge(lo, hi, band, choices, "the slope")
+    return [s.row(cid, v, eps=_eps(df), group=group, prediction=pred, value=sl, ci_lo=lo, ci_hi=hi, measurement=meas,
+                  reason=join(why, f"read where the runs leave their flow: on one clock the only transition that can move "
+                                   f"with {name}"))]
+
+
+def _grid_sd(vs: list, Ls: list, bounds: np.ndarray) -> float:
+    """The standard deviation the L grid alone puts on the slope of log boundary on log value: each
+    boundary lies somewhere in its cell [L before, L after] (uniform in log: variance width²/12),
+    carried through the least-squares slope; 0 where fewer than two boundaries are finite."""
+    ok = np.isfinite(bounds)
+    if ok.sum() < 2:
+        return 0.0
+    lg = np.log(np.asarray(Ls, float))
+    b = np.log(bounds[ok])
+    width = np.array([lg[np.searchsorted(lg, v)] - lg[np.searchsorted(lg, v) - 1] for v in b])   # the cell around each
+    x = np.log(np.asarray(vs, float))[ok]
+    dx = x - x.mean()
+    return float(np.sqrt(np.sum(dx ** 2 * width ** 2 / 12.0)) / np.sum(dx ** 2))
+
+
+def _step_edge(df: pd.DataFrame, axis: str, vs: list, bounds: np.ndarray) -> tuple[float, str]:
+    """The slope of log L on log `axis` that the step alone predicts, and its sentence: per value,
+    the L at which the step on the clock (clock_per_epoch) equals the one at the first value's
+    measured transition, interpolated in log-log over that value's L (NaN where it is outside them)."""
+    ok = np.flatnonzero(np.isfinite(bounds))
+    per = df.groupby([df[axis].astype(float), df["L"].astype(float)])["clock_per_epoch"].median()
+    first = vs[int(ok[0])]
+    c_star = float(np.exp(np.interp(np.log(bounds[ok[0]]), np.log(per[first].index.to_numpy(float)),
+                                    np.log(per[first].to_numpy(float)))))
+    edge = []
+    for v in vs:
+        x, y = np.log(per[v].to_numpy(float)), np.log(per[v].index.to_numpy(float))
+        edge.append(float(np.exp(np.interp(np.log(c_star), x, y))) if x.min() <= np.log(c_star) <= x.max() else np.nan)
+    e = np.log(np.asarray(edge))
+    if np.isfinite(e).sum() < 2:
+        return math.nan, "no slope (its edge lies outside the swept L)"
+    slope = float(np.polyfit(np.log(np.asarray(vs, float))[np.isfinite(e)], e[np.isfinite(e)], 1)[0])
+    return slope, f"a slope of {slope:+.2f} (L at the same step: " + ", ".join(f"{v:g}: {b:.3g}" for v, b in zip(vs, edge)) + ")"
 
 
 def phase_boundary(s: Setting, axis: str, choices: Choices = DEFAULT) -> list[dict]:
     """Where Δ or N is swept (a setting of its own): the L at which the mean phase count first
     reaches 2.5 (geometric mean of the L either side), per value, and the slope of log boundary
     on log Δ (−1) or log N (+½), as L* = 1/(Δδ) with δ = sqrt(20K/N) says; bootstrapped over
-    seeds (at least 5), within ±0.5."""
+    seeds (at least 5), within ±0.5. On runs of one collapse clock (icl.analyse.claims.ldl.clock) the
+    count cannot move with Δ or N, and the boundary is read where a fixed step makes the runs leave
+    their continuous flow (departure_boundary; icl.analyse.claims.ldl.departure), its interval widened
+    by the L grid's cells, against a band half the way from L*'s exponent to the step's own."""
     cid = "ldl.transition_at_Lstar"
     want = {"delta": -1.0, "N": 0.5}[axis]
     name = {"delta": "Δ", "N": "N"}[axis]
@@ -207,13 +292,10 @@ def phase_boundary(s: Setting, axis: str, choices: Choices = DEFAULT) -> list[di
         return [s.row(cid, NOT_TESTABLE, group=group, prediction=pred, measurement="—", reason=why)]
     keep, note = phase_runs(df)
     reg = regimes(keep, choices.lstar)
-    if (fixed := clock.decides(df, f"the phase count at every L, Δ and N, so the boundary's move with {name}",
-                               WHOLE_CURVE)[0]):
-        counts = keep.groupby(axis)["n_phases"].agg(lambda n: ", ".join(f"{int(k)}: {c}" for k, c in
-                                                                        sorted(n.dropna().value_counts().items())))
-        return [s.row(cid, NOT_TESTABLE, eps=_eps(df), group=group, prediction=pred, reason=fixed,
-                      measurement=join("phases by " + name + ": " + "; ".join(f"{k:g}: runs {v}" for k, v in counts.items()),
-                                       note))]
+    if clock.on_one_clock(df):      # one curve in τ: the phase count moves only where runs leave their flow
+        fixed = clock.decides(df, f"the phase count at every L, Δ and N, so the boundary's move with {name}",
+                              WHOLE_CURVE)[0] or f"{clock.CLOCK}; only where the runs leave it can anything move with {name}"
+        return departure_boundary(s, axis, pred, band, fixed, choices)
     if (weak := _weak({"flat": power(keep[reg == "flat"]), "sharp": power(keep[reg == "sharp"])})):
         return [s.row(cid, NOT_TESTABLE, eps=_eps(df), group=group, prediction=pred, measurement=note or "—", reason=weak)]
     if not keep["n_phases"].notna().any():
