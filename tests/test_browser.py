@@ -8,6 +8,7 @@ playwright (the test extra `make setup` installs) with executable_path=/usr/bin/
 `playwright install` is never run. Both are found by benchmarks/report_pages.py, which measures
 real pages with the same browser. Skipped where either cannot be had."""
 import copy
+import re
 import shutil
 import struct
 import subprocess
@@ -15,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import pandas as pd
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -397,3 +399,40 @@ def test_png_check_fails_on_empty_or_wrong_files(tmp_path):
     (tmp_path / "text.png").write_text("not a png" * 200)
     assert png_problems(tmp_path / "empty.png") and png_problems(tmp_path / "text.png")
     assert png_problems(tmp_path / "absent.png")
+
+
+def test_every_decided_row_links_to_its_evidence(finished, tmp_path):
+    """Issue 62.2: each decided per-setting row of the verdict table links to a figure on its page
+    that draws its value; the headline names claims by their words, never by their ids, and the
+    prose check finds nothing on the first screen."""
+    seen = 0
+    for name in ("tiny", "z"):
+        html = (finished / "reports" / f"{name}.html").read_text()
+        v = pd.read_parquet(finished / "results" / name / "verdicts.parquet")
+        decided = v[(v["scope"] == "setting") & v["verdict"].isin(["holds", "does not hold", "inconclusive"])
+                    & v["value"].notna()]
+        links = re.findall(r'<a class="evidence-link" href="#([^"]+)">', html)
+        assert len(links) == len(decided), name
+        seen += len(links)
+        for a in set(links):
+            assert f'<div id="{a}">' in html
+        head = html.split('<div class="headline"', 1)[1].split("</div>", 1)[0]
+        assert not re.search(r"\b(ldl|zfb)\.[a-z_]+", head.split('<details class="claim-counts-box"')[0]), head
+        assert "prose:" not in html, name             # icl.report.prose found nothing to say of the first screen
+    # and on a page with decided rows: tiny's verdicts with two rows decided as ldl_cosine's block rows were
+    import json
+    from icl.report.page import render
+    res = tmp_path / "tiny"
+    shutil.copytree(finished / "results/tiny", res)
+    v = pd.read_parquet(res / "verdicts.parquet")
+    rows = v[v["scope"] == "setting"].index[:2]
+    v.loc[rows, ["verdict", "value", "ci_lo", "ci_hi", "prediction"]] = [
+        ["holds", -1.24, -1.42, -1.07, "slope of log T on log L ≤ 0"],
+        ["does not hold", 0.649, 0.284, 1.013, "slope of log T on log L ≤ 0"]]
+    v.to_parquet(res / "verdicts.parquet")
+    plan = json.loads((res / "plan.json").read_text())
+    render("tiny", plan["config"], str(res), str(tmp_path / "tiny.html"))
+    html = (tmp_path / "tiny.html").read_text()
+    links = re.findall(r'<a class="evidence-link" href="#([^"]+)">', html)
+    assert len(links) == 2 and all(f'<div id="{a}">' in html for a in links)
+    assert seen + len(links) > 0

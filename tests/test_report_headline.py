@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from icl.analyse import claims
-from icl.report import headline as hl, index as report_index, page as report, zfb as report_zfb
+from icl.report import findings as fd, headline as hl, index as report_index, page as report, zfb as report_zfb
 
 
 def _verdicts(rows):
@@ -35,8 +35,8 @@ def test_grid_has_one_mark_per_setting_verdict_in_its_setting_column():
                                     ("ldl.step_size", "", claims.NOT_TESTABLE, "")])
     fails = [m for r in g["rows"] for c in r["cells"] for m in c if m["verdict"] == claims.FAILS]
     assert fails[0]["symbol"] == "✗" and "two, not three" in fails[0]["title"]     # the reason, on hover
-    assert hl.setting_of("N=10; slope; formula") == ("N=10", "slope; formula")
-    assert hl.setting_of("at the optimum") == ("", "at the optimum")
+    assert fd.setting_of("N=10; slope; formula") == ("N=10", "slope; formula")
+    assert fd.setting_of("at the optimum") == ("", "at the optimum")
 
 
 def test_claims_not_testable_anywhere_share_one_row_after_the_decided_ones():
@@ -61,9 +61,10 @@ def test_claims_not_testable_anywhere_share_one_row_after_the_decided_ones():
 
 
 def test_every_claim_with_a_failure_gets_a_sentence_naming_models_and_settings():
-    """A claim with one "does not hold" anywhere is said, per model that fails it, with the share of
-    its testable settings (not-testable rows out of it) and the settings named, and its commonest
-    reason; a claim that fails nowhere, and a model that fails nowhere, are not."""
+    """A claim with one "does not hold" anywhere is said in words (its text, never its id), per model
+    that fails it, with the share of its testable settings (not-testable rows out of it) and the
+    settings named, and its commonest reason; a claim that fails nowhere, and a model that fails
+    nowhere, are not said to fail."""
     v = _verdicts([
         {"claim_id": "ldl.phases", "group": f"N={n}", "verdict": claims.FAILS,
          "reason": f"the sharp runs show 2 phases, not 3 (median of {n} runs)"} for n in (10, 20)] + [
@@ -80,49 +81,100 @@ def test_every_claim_with_a_failure_gets_a_sentence_naming_models_and_settings()
            "reason": "error at M = N 1.9× least squares', outside 1-1.25×" if m == "gpt_nopos" else ""}
           for m in ("gpt", "gpt_nopos") for k in ("gaussian", "random_covariance")),
     ])
-    out = hl.failing_claims(v)
-    assert [s.split(" ")[0] for s in out] == ["ldl.phases", "ldl.step_size", "zfb.gpt_in_distribution"]
+    out = [s for s in fd.claim_sentences(v) if " does not hold" in s]
+    assert [s.split("” ", 1)[0] for s in out] == ["“Two phases in the flat regime, three in the sharp",
+                                                   "“The flat regime tolerates larger steps",
+                                                   "“GPT-2 trained on linear models matches least squares in "
+                                                   "distribution (§5, Garg et al.)"]
+    assert not any(re.search(r"\b(ldl|zfb)\.\w", s) for s in fd.claim_sentences(v))      # no claim id in a sentence
     phases, step, gpt = out
-    assert "for m in 3 of 4 testable settings (N=10; N=20; N=40)" in phases       # 3 not-testable rows left out
+    assert "for m in 3 of 4 testable settings (N = 10; N = 20; N = 40)" in phases       # 3 not-testable rows left out
     assert "the sharp runs show 2 phases, not 3" in phases and "diverged" not in phases
-    assert "for m in 1 of 2 testable settings (N=10): no" in step
-    assert "for gpt_nopos in all 2 testable settings (token_kind=gaussian; token_kind=random_covariance)" in gpt
+    assert phases.endswith("; it holds in 1 other setting.")
+    assert "for m in 1 of 2 testable settings (N = 10): no" in step
+    assert "for gpt_nopos in all 2 testable settings (tokens = gaussian; tokens = random_covariance)" in gpt
     assert "for gpt " not in gpt and "1.9× least squares'" in gpt
+    held = [s for s in fd.claim_sentences(v) if " does not hold" not in s]
+    assert "“Accurate prediction for unseen functions (Prop. 1)” holds for m in the one testable setting (N = 10)." in held
+    assert any(s.startswith("“GPT-2 trained") and "holds for gpt in all 2 testable settings" in s for s in held)
     # ldl_phase_diagram's shape: one claim failing in each of its Δ × N settings for both regimes
     eps = _verdicts([{"claim_id": "ldl.time_vs_eps", "group": f"delta={d}, N={n}; {r}", "verdict": claims.FAILS,
                       "reason": "β outside the band"} for d in (1.5, 3) for n in (50, 100) for r in ("flat", "sharp")]
                     + [{"claim_id": "ldl.time_vs_eps", "group": "delta=6, N=50; flat", "verdict": claims.HOLDS,
                         "reason": ""}])
-    said = hl.failing_claims(eps.iloc[:-1])[0]
-    assert "for m in all 8 testable settings (flat: every delta × N (4) | sharp: every delta × N (4)): β" in said, said
-    said = hl.failing_claims(eps)[0]                    # Δ = 6 holds: the failing settings named, not "every"
-    assert "for m in 8 of 9 testable settings (flat: delta=1.5, N=50; delta=1.5, N=100; delta=3, N=50; " \
-           "delta=3, N=100 | sharp: delta=1.5, N=50;" in said, said
-    # nothing fails: no sentence; the index's line names the failing claims with their models
-    assert hl.failing_claims(v[v["verdict"] != claims.FAILS]) == []
-    line = hl.finding(v)
-    assert line.startswith("Does not hold: ldl.phases (m: 3 of 4 testable settings); ldl.step_size (m: 1 of 2 "
-                           "testable settings); zfb.gpt_in_distribution (gpt_nopos: 2 of 2 testable settings)"), line
-    assert "Holds wherever decided: ldl.unseen_functions" in line
+    said = fd.claim_sentences(eps.iloc[:-1])[0]
+    assert "for m in all 8 testable settings (flat: every Δ × N (4) | sharp: every Δ × N (4)): β" in said, said
+    said = fd.claim_sentences(eps)[0]                    # Δ = 6 holds: the failing settings named, not "every"
+    assert "for m in 8 of 9 testable settings (flat: Δ = 1.5, N = 50; Δ = 1.5, N = 100; Δ = 3, N = 50; " \
+           "Δ = 3, N = 100 | sharp: Δ = 1.5, N = 50;" in said, said
+    # the index's line: the failing sentences whole, the holding claims named by their words
+    line = fd.index_line(v)
+    assert line.startswith(out[0] + " " + out[1]), line
+    assert "Elsewhere it confirms 3 claims wherever decided: “Two phases" not in line
+    assert "“Accurate prediction for unseen functions (Prop. 1)”" in line
 
 
-def test_no_decided_claim_is_said_with_why():
-    """ldl_depth's shape: 12 inconclusive and 36 not testable rows, nothing decided — one sentence
-    with both counts and each one's commonest reason, on the page and on the index; one decided row
-    and the sentence is gone."""
+def test_no_decided_claim_is_said_with_why_every_untestable_row_counted_once():
+    """ldl_depth's shape: 12 inconclusive and 36 not testable rows, nothing decided: the page and the
+    index say so; the not-testable rows are counted by why, each in exactly one group (a reason no
+    group names is grouped by its own first clause), the largest first."""
     v = _verdicts([{"claim_id": f"ldl.c{i}", "group": f"L={i}", "verdict": claims.NOT_TESTABLE,
-                    "reason": "Adam is blind to L" if i < 30 else f"only {i} runs learned"} for i in range(36)] +
+                    "reason": "the theorem is about full-batch GD; an adaptive optimiser rescales each step" if i < 20
+                    else "outside Theorems 1-2's hypotheses (unit constants): N = 100" if i < 30
+                    else f"Adam is blind to L; {i}"} for i in range(36)] +
                   [{"claim_id": "ldl.phases", "group": f"seed={i}", "verdict": claims.UNSURE,
                     "reason": f"the interval 0.{i}–2.{i} straddles the band"} for i in range(12)])
-    s = hl.undecided(v)
-    assert s.startswith("No claim was decided: of 48 per-setting verdicts none holds or fails"), s
-    assert "36 not testable (30 of them: Adam is blind to L)" in s
-    assert "12 inconclusive (12 of them: the interval 0.0–2.0 straddles the band)" in s
-    assert hl.finding(v) == s and hl.failing_claims(v) == []
+    groups = fd.untestable_groups(v)
+    assert groups == [("the claim is about full-batch GD and these runs used Adam", 20),
+                      ("their runs lie outside the theorem's hypotheses", 10), ("Adam is blind to L", 6)]
+    assert sum(n for _, n in groups) == 36
+    said = fd.findings(v)
+    assert said[0] == "No claim was decided: none of the 48 rows holds or does not hold."
+    assert said[1] == "Inconclusive wherever testable (the interval straddles its band): “Two phases in the flat " \
+                      "regime, three in the sharp” (12 settings)."
+    assert said[2] == ("36 of 48 rows are not testable: 20 because the claim is about full-batch GD and these runs used "
+                       "Adam; 10 because their runs lie outside the theorem's hypotheses; 6 because Adam is blind to L.")
+    line = fd.index_line(v)
+    assert line.startswith("No claim was decided") and line.endswith(said[2])
     decided = pd.concat([v, _verdicts([{"claim_id": "ldl.phases", "group": "x", "verdict": claims.HOLDS,
                                         "reason": ""}])])
-    assert hl.undecided(decided) == "" and hl.finding(decided) == "Holds wherever decided: ldl.phases."
-    assert hl.undecided(v.iloc[:0]) == ""
+    assert not fd.index_line(decided).startswith("No claim")
+    assert fd.findings(v.iloc[:0]) == [] and fd.index_line(v.iloc[:0]) == ""
+
+
+def test_every_untestable_reason_of_the_default_run_is_named_by_a_group():
+    """The default run's not-testable reasons (one of each kind as the claims write them today): each
+    falls in a named group, not the fallback of its own first clause."""
+    named = {lab for lab, _ in fd.UNTESTABLE}
+    reasons = [
+        "one collapse clock: LDL's model under GD …", "softmax_q is linear in the labels and this task scales them by L, so",
+        "outside Prop. 1's hypotheses (unit constants): N = 100", "softmax's shift invariance: adding a constant",
+        "every run of this setting was left out (30 of 30 runs left out (30 diverged))",
+        "the theorem is about full-batch GD; an adaptive optimiser rescales each step",
+        "at this learning rate one step overshoots the population loss's curvature scale (η‖v‖⁴λ_max > 2)",
+        "no accuracy inside Theorem 1's K ≥ 1/ε on this flow: K = 8 < 1/ε = 10",
+        "Proposition 3 bounds the off-diagonal logits' rate and states their overall decrease; \"oscillates\"",
+        "GD on noise-free tokens at orthogonal features: each prompt's gradient … by algebra (Lemma 2's g_k ≥ 0)",
+        "softmax_q predicts a convex combination of the context labels, so its loss is bounded",
+        "the same runs as the row 'delta=3, N=1600'", "no seed has two values of L whose runs reached half",
+        "only softmax_q on discrete features logs the logits q_k", "the mean-field curve is derived for softmax_q",
+        "no run's logits trace dynamics", "no value of L of this setting lies in the flat regime",
+        "the same dynamics as the row 'lr=1'", "no trained gpt model", "nothing to follow: the runs' loss fell by less",
+        "the sweep does not cross L*", "trained on a fixed covariance", "one value of L in this setting",
+        "a bound is judged as a bound: Theorem 1's T ≤ C", "no run reached Proposition 1's precondition",
+        "the phase counter counts 2 phases on 0% of the traces", "fewer than two values of L in the flat regime",
+        "the claim is about discrete features; bilinear logits", "continuous tokens have no feature oracle",
+        "the model has not learned: final train loss", "every flat run was left out (2 runs started less than 10×",
+        "no in-distribution test of an LSA trained on a fixed covariance", "no shift of kind 'scale'",
+        "positional: none — ZFB §5's GPT-2", "the spike is a learned-positions effect (zfb.length_spike)",
+        "the runs have no L* (continuous tokens)", "no 'random_covariance_indep_query' shift at c = 1",
+        "no GPT with positional: learned", "no trained model whose prediction is nonlinear in the labels",
+        "phases are counted on the own-feature logit, which continuous tokens do not have",
+        "the end of Phase I is read from the own attention of discrete features",
+        "this setting does not sweep the learning rate over two or more values of L"]
+    v = _verdicts([{"claim_id": "ldl.phases", "group": f"N={i}", "verdict": claims.NOT_TESTABLE, "reason": r}
+                   for i, r in enumerate(reasons)])
+    assert {lab for lab, _ in fd.untestable_groups(v)} <= named, [g for g in fd.untestable_groups(v) if g[0] not in named]
 
 
 def test_claim_counts_are_per_setting_rows_and_add_up_to_the_page_badges():
@@ -215,12 +267,12 @@ def test_index_says_which_models_did_not_learn(tmp_path):
     (d / "thumbnail.png").write_bytes(b"")
     models = hl.model_outcomes(t, ldl=False)
     (d / "headline.json").write_text(json.dumps({"models": models, "learning": hl.learning_sentence(models),
-                                                 "finding": "Does not hold: zfb.x (gpt: 2 of 2)."}))
+                                                 "finding": "“X” does not hold for gpt in all 2 testable settings."}))
     out = tmp_path / "index.html"
     report_index.render_index({"x": {"description": ""}}, str(tmp_path / "results"), str(out))
     html = out.read_text()
     assert "gpt: not learned" in html
-    assert '<p class="finding">Does not hold: zfb.x (gpt: 2 of 2).</p>' in html
+    assert '<p class="finding">“X” does not hold for gpt in all 2 testable settings.</p>' in html
 
 
 def test_runs_table_has_a_column_per_swept_setting_and_no_empty_column():
@@ -250,16 +302,16 @@ def test_a_failing_claim_says_whom_its_rows_are_against():
     v = _verdicts([{"claim_id": "ldl.time_vs_eps", "group": f"N={n}", "verdict": claims.FAILS,
                     "reason": "the median β's interval lies outside the band"} for n in (10, 20, 40)])
     v["against"] = pd.array(["theorem", "theorem", "dynamics"], dtype="string")
-    out = hl.failing_claims(v)
-    assert "does not hold for m in all 3 testable settings (every N (3)) (against: theorem in 2, " \
-           "against: dynamics in 1): the median β's" in out[0], out[0]
-    assert hl.against_text(v.drop(columns="against")) == ""
+    (out,) = fd.claim_sentences(v)
+    assert "does not hold for m in all 3 testable settings (every N (3)), against the theorem in 2 and against the " \
+           "theory's own dynamics in 1: the median β's" in out, out
+    assert fd.against_words(v.drop(columns="against")) == ""
 
 
 def test_a_headline_sentence_is_never_cut_mid_phrase():
     """Issue 50: the headline quotes a reason in whole clauses; what does not fit is left to the
     verdict table, never cut at a word with an ellipsis."""
-    from icl.report.headline import _first_sentence
+    from icl.report.findings import _first_sentence
     reason = ("the 3-phase share's interval [0, 0.459] lies outside the band [0.5, 1]; the theorem's "
               "statement disagrees with its own mean-field dynamics, which the runs follow: Lemma 2's flow at the "
               "runs' own step reads 0, measured the same way, within 5% of the runs' interval [0, 0.459]")
@@ -267,6 +319,10 @@ def test_a_headline_sentence_is_never_cut_mid_phrase():
     assert got == "the 3-phase share's interval [0, 0.459] lies outside the band [0.5, 1]"
     assert "…" not in got and _first_sentence(reason, 1000) == reason
     assert _first_sentence("x" * 300) == "x" * 300          # one clause longer than the limit: whole
+    gpt = ("GPT's error is nearer the LSA's than OLS's (this GPT: 2 layers, 2 heads, width 32, 2000 epochs of 64 "
+           "prompts; Garg et al.'s GPT-2 has 12 layers, 8 heads, width 256 and trained 500k steps of 64 prompts) " + "y" * 200
+           + "; and more")
+    assert _first_sentence(gpt).count("(") == _first_sentence(gpt).count(")")      # never cut inside a bracket
 
 
 def test_the_header_names_the_training_loops_and_the_training_jobs_apart():
@@ -283,7 +339,7 @@ def test_the_header_names_the_training_loops_and_the_training_jobs_apart():
 
 def test_a_sentence_over_both_regimes_quotes_each_regimes_band():
     """Issue 50: the time_vs_eps sentence covered both regimes and quoted the flat band only."""
-    from icl.report.headline import failing_claims
+    from icl.report.findings import claim_sentences as failing_claims
     v = pd.DataFrame({"claim_id": "ldl.time_vs_eps", "model": "softmax_q", "scope": "setting",
                       "group": ["flat, relative", "flat, attention", "sharp, relative"],
                       "verdict": ["does not hold"] * 3, "against": None,
@@ -295,3 +351,23 @@ def test_a_sentence_over_both_regimes_quotes_each_regimes_band():
     assert "sharp: the median β's interval [0.1, 0.3] lies outside the band [0.6, 1.4]" in out
     (one,) = failing_claims(v.iloc[:2])
     assert "flat:" not in one and "[0, 0.25]" in one
+
+
+def test_each_baseline_at_its_own_N_as_the_parquet_holds_it():
+    """Issue 62.5: the LSA's limit is a baseline of a training length of its own; on prompts shared by
+    runs of N = 10 and 20 the table gives each N its own limit (zfb_fixed's table repeated N = 40's at
+    every N), and the page's number is the parquet's median at that N."""
+    t = _tables(ratio_gpt=0.5, ratio_lsa=0.3)
+    sh = t["shift"]
+    more = sh[sh["run_id"].notna()].assign(N=10, run_id=lambda d: d["run_id"] + "10", mse=lambda d: d["mse"] * 2)
+    limits = pd.DataFrame([{"predictor": "lsa_limit", "model_kind": None, "run_id": None, "eval_id": ev, "N": N,
+                            "shift": "none", "c": np.nan, "M": 20, "mse": m}
+                           for ev in ("e0", "e1") for N, m in ((10, 16.0 + (ev == "e1")), (20, 0.941))])
+    shift = pd.concat([sh, more, limits], ignore_index=True)
+    shift["N"] = shift["N"].astype("Int64")
+    html = report_zfb.predictor_table(shift)
+    rows = {(r[0], r[1]): r[2] for r in (re.findall(r"<td>(.*?)</td>", x)
+                                         for x in re.findall(r"<tr>\s*(<td>.*?)</tr>", html, re.S))}
+    for N in (10, 20):
+        want = float(limits.loc[limits["N"] == N, "mse"].median())
+        assert float(rows[(str(N), "lsa_limit")]) == pytest.approx(want, rel=1e-3), (N, rows)

@@ -470,3 +470,4 @@ def test_the_longest_training_starts_first_on_one_core(tmp_path):
     assert [(e, s) for rule, e, s in order if rule == "train"] == by_work, order
     assert [e for rule, e, _ in order if rule == "plan"] == ["b_heavy", "a_light"]
     assert len(pd.read_parquet(tmp_path / "results/a_light/summary.parquet")) == 8
+

@@ -17,13 +17,11 @@ time, between settings at one seed and between seeds at one setting.
 """
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pandas as pd
 
-from icl.analyse.fits import exclude
-from icl.data import feature_probs
+from icl.analyse.fits import exclude, probs_of
 from icl.models import kinds
 from icl.tables.measures import crossing_time
 from icl.theory.ldl import diff_cov
@@ -113,12 +111,6 @@ def _clock_runs(tabs: dict) -> pd.DataFrame:
     df = df[df["model_kind"].isin(kinds("mean_field")) & (df["optimizer"] == "gd")
             & df["one_clock"].fillna(False).astype(bool) & (df["clock_per_epoch"].astype(float) > 0)]
     return exclude(df)[0] if len(df) else df
-
-
-def probs_of(g: pd.DataFrame) -> np.ndarray:
-    """The feature frequencies p of runs `g` (one K and p): the configured ones, else uniform."""
-    raw = g["probs"].dropna().iloc[0] if "probs" in g and g["probs"].notna().any() else None
-    return feature_probs({"K": int(g["K"].iloc[0]), "probs": json.loads(raw) if raw else None})
 
 
 def _sampled_tau(tc: pd.DataFrame, g: pd.DataFrame) -> pd.Series:

@@ -10,11 +10,13 @@ START_MARGIN times above it.
 """
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pandas as pd
 
+from icl.data import feature_probs
 from icl.stats import MIN_SEEDS, cluster_weights, percentile_interval
 from icl.theory import ldl
 
@@ -125,6 +127,12 @@ def steps(df: pd.DataFrame) -> np.ndarray:
     bs = df["batch_size"].astype("Float64").fillna(df["M"].astype(float)).to_numpy(float) if "batch_size" in df \
         else df["M"].to_numpy(float)
     return np.ceil(df["M"].to_numpy(float) / bs)
+
+
+def probs_of(g: pd.DataFrame) -> np.ndarray:
+    """The feature frequencies p of runs `g` (one K and p): the configured ones, else uniform."""
+    raw = g["probs"].dropna().iloc[0] if "probs" in g and g["probs"].notna().any() else None
+    return feature_probs({"K": int(g["K"].iloc[0]), "probs": json.loads(raw) if raw else None})
 
 
 def resolved(df: pd.DataFrame, tcol: str = "t_rel_1e-1") -> pd.Series:

@@ -10,18 +10,15 @@ calls "not learned" is one whose claims were gated on it."""
 from __future__ import annotations
 
 import re
-from collections import Counter
 
 import numpy as np
 import pandas as pd
 
 from icl.analyse import claims
-from icl.analyse.claims.ldl.identities import regime_of
 from icl.analyse.claims.learned import LEARNED, below
+from icl.report.findings import setting_key, setting_of
 
 SYMBOL = {claims.HOLDS: "✓", claims.FAILS: "✗", claims.UNSURE: "?", claims.NOT_TESTABLE: "–"}
-# a group's leading "key=value, key=value" is its setting; what follows a ";" is the claim's aspect
-SETTING = re.compile(r"^\s*[A-Za-z_][\w.]*=[^;]*")
 
 
 def _fmt(x: float) -> str:
@@ -167,164 +164,6 @@ def claim_counts(verdicts: pd.DataFrame, robustness: dict | None = None) -> list
     return out
 
 
-def _pattern(reason: str) -> str:
-    return re.sub(r"[-+]?\d[\d.,eE+\-×⁻⁰¹²³⁴⁵⁶⁷⁸⁹]*", "#", reason or "").strip()
-
-
-def _first_sentence(text: str, limit: int = 260) -> str:
-    """The first sentence of a reason, in whole clauses ('; '-separated) up to `limit` characters:
-    never cut mid-phrase (a first clause longer than that is kept whole; the rest of the reason is in
-    the verdict table)."""
-    text = (text or "").strip()
-    cut = re.split(r"(?<=[.!?])\s+(?=[A-Z])", text, maxsplit=1)[0]
-    if len(cut) <= limit:
-        return cut
-    clauses = cut.split("; ")
-    out = clauses[0]
-    for c in clauses[1:]:
-        if len(out) + 2 + len(c) > limit:
-            break
-        out += "; " + c
-    return out
-
-
-def _where(bad: pd.DataFrame, every: list[str]) -> str:
-    """The settings of failing rows, by aspect: "oscillation: every delta × N (9)" where an aspect
-    fails in each of the claim's settings (`every`), else the settings named in their natural order
-    ("delta=1.5, N=50; delta=3, N=50"), at most `most` of them."""
-    parts = bad["group"].map(setting_of)
-    out = []
-    for aspect in dict.fromkeys(a for _, a in parts):
-        settings = sorted({s for s, a in parts if a == aspect}, key=_setting_key)
-        if len(settings) > 2 and set(settings) == set(every):
-            keys = " × ".join(dict.fromkeys(k.split("=")[0].strip() for k in settings[0].split(",")))
-            named = f"every {keys} ({len(settings)})"
-        else:
-            most = 8
-            named = "; ".join(s or "all runs" for s in settings[:most]) + \
-                (f"; and {len(settings) - most} more" if len(settings) > most else "")
-        out.append(f"{aspect}: {named}" if aspect else named)
-    return " | ".join(out)
-
-
-def _commonest(reasons: pd.Series) -> tuple[str, int]:
-    """The commonest reason (compared with their numbers masked) in its first row's own words, and
-    how many rows give it."""
-    reasons = reasons.fillna("").astype(str)
-    reasons = reasons[reasons.str.strip() != ""]
-    if not len(reasons):
-        return "", 0
-    common, n = Counter(reasons.map(_pattern)).most_common(1)[0]
-    return _first_sentence(reasons[reasons.map(_pattern) == common].iloc[0]), n
-
-
-def _why_by_regime(fails: pd.DataFrame) -> str:
-    """The commonest reason of the failing rows; where they cover several regimes (their groups
-    name flat and sharp), each regime's own, so that the sentence quotes the band of every regime
-    it covers (issue 50: a sentence over both regimes quoted the flat band only)."""
-    regime = fails["group"].fillna("").astype(str).map(regime_of)
-    regs = [r for r in ("flat", "sharp") if (regime == r).any()]
-    if len(regs) < 2:
-        return _commonest(fails["reason"])[0]
-    parts = [(r, _commonest(fails.loc[regime == r, "reason"])[0]) for r in regs]
-    if len({w for _, w in parts}) == 1:
-        return parts[0][1]
-    return "; ".join(f"{r}: {w}" for r, w in parts if w)
-
-
-def failing_claims(verdicts: pd.DataFrame) -> list[str]:
-    """One sentence per claim with a "does not hold" in any setting: per model, in how many of its
-    testable settings (not-testable rows left out of the share) and which, then the commonest reason
-    of its failures (reasons compared with their numbers masked), in the reason's own words."""
-    rows = verdicts[verdicts["scope"] != "run"] if "scope" in verdicts else verdicts
-    out = []
-    for cid, g in rows.groupby("claim_id", sort=False):
-        fails = g[g["verdict"] == claims.FAILS]
-        if fails.empty:
-            continue
-        parts = []
-        for model, m in g.groupby("model", sort=False):
-            bad = m[m["verdict"] == claims.FAILS]
-            if bad.empty:
-                continue
-            testable = int((m["verdict"] != claims.NOT_TESTABLE).sum())
-            share = (f"all {testable} testable settings" if len(bad) == testable > 1 else
-                     "its one testable setting" if len(bad) == testable == 1 else
-                     f"{len(bad)} of {testable} testable settings")
-            every = [setting_of(x)[0] for x in m["group"]]
-            parts.append(f"for {model} in {share} ({_where(bad, every)})")
-        why = _why_by_regime(fails)
-        claim = claims.CLAIMS.get(claims.base_id(cid), "")
-        split = against_text(fails)
-        out.append(f"{cid} ({_first_sentence(claim, 120)}) does not hold " + "; ".join(parts)
-                   + (f" ({split})" if split else "") + (f": {why}" if why else ""))
-    return out
-
-
-def against_text(verdicts: pd.DataFrame) -> str:
-    """Who the "does not hold" rows are against, where the theory's own dynamics were measured too
-    (icl.analyse.claims.ldl.flow): 'against: theorem in 18, against: dynamics in 1' (per-setting rows), or ''."""
-    rows = verdicts[(verdicts["scope"] != "run") if "scope" in verdicts else slice(None)]
-    if "against" not in rows:
-        return ""
-    n = rows.loc[rows["verdict"] == claims.FAILS, "against"].dropna().astype(str).value_counts()
-    return ", ".join(f"against: {a} in {int(n[a])}" for a in claims.AGAINST if n.get(a, 0))
-
-
-def undecided(verdicts: pd.DataFrame) -> str:
-    """Where no claim was decided (no per-setting row holds or fails), the sentence that says so and
-    why: how many rows are inconclusive and how many not testable, each with its commonest reason.
-    "" where something was decided or nothing was judged."""
-    rows = verdicts[verdicts["scope"] != "run"] if "scope" in verdicts else verdicts
-    if rows.empty or rows["verdict"].isin([claims.HOLDS, claims.FAILS]).any():
-        return ""
-    parts = []
-    for v, word in ((claims.NOT_TESTABLE, "not testable"), (claims.UNSURE, "inconclusive")):
-        g = rows[rows["verdict"] == v]
-        if g.empty:
-            continue
-        why, n = _commonest(g["reason"])
-        parts.append(f"{len(g)} {word}" + (f" ({n} of them: {why.rstrip('.')})" if why else ""))
-    return (f"No claim was decided: of {len(rows)} per-setting verdicts none holds or fails; "
-            + "; ".join(parts) + ".")
-
-
-def finding(verdicts: pd.DataFrame, models: list[dict] = ()) -> str:
-    """The index's one line of what an experiment found: the claims that do not hold somewhere
-    (with their models and share of testable settings), those that hold wherever decided, or why
-    nothing was decided."""
-    none = undecided(verdicts)
-    if none:
-        return none
-    rows = verdicts[verdicts["scope"] != "run"] if "scope" in verdicts else verdicts
-    rows = rows[rows["verdict"] != claims.NOT_TESTABLE]
-    fail, hold = [], []
-    for cid, g in rows.groupby("claim_id", sort=False):
-        bad = g[g["verdict"] == claims.FAILS]
-        if len(bad):
-            who = [f"{m}: {int((x['verdict'] == claims.FAILS).sum())} of {len(x)}"
-                   for m, x in g.groupby(g["model"].astype(str), sort=False) if (x["verdict"] == claims.FAILS).any()]
-            fail.append(f"{cid} ({', '.join(who)} testable settings)")
-        elif (g["verdict"] == claims.HOLDS).any():
-            hold.append(cid)
-    out = []
-    if fail:
-        out.append("does not hold: " + "; ".join(fail))
-    if hold:
-        out.append("holds wherever decided: " + ", ".join(hold))
-    line = ". ".join(s[0].upper() + s[1:] for s in out)
-    return (line + ".") if line else ""
-
-
-def setting_of(group: str) -> tuple[str, str]:
-    """(setting, aspect) of a verdict row's group: "delta=3, N=50; rate" -> ("delta=3, N=50", "rate")."""
-    group = "" if group is None or (isinstance(group, float) and np.isnan(group)) else str(group)
-    m = SETTING.match(group)
-    if not m:
-        return "", group.strip()
-    return m.group(0).strip(), group[m.end():].lstrip(";").strip()
-
-
 def verdict_grid(verdicts: pd.DataFrame) -> dict:
     """The claims × settings grid: `settings` (column heads, "" = every run), `rows` of
     (model, claim_id, claim, cells) with one list of verdict marks per setting; each mark one
@@ -334,7 +173,7 @@ def verdict_grid(verdicts: pd.DataFrame) -> dict:
         return {"settings": [], "rows": [], "several": False}
     parts = rows["group"].map(setting_of)
     rows = rows.assign(_setting=parts.map(lambda p: p[0]), _aspect=parts.map(lambda p: p[1]))
-    settings = list(dict.fromkeys(sorted(rows["_setting"].unique(), key=_setting_key)))
+    settings = list(dict.fromkeys(sorted(rows["_setting"].unique(), key=setting_key)))
     out = []
     for (model, cid), g in rows.groupby(["model", "claim_id"], sort=False):
         cells = []
@@ -373,20 +212,6 @@ def _fold_untestable(rows: list[dict]) -> list[dict]:
         else:
             out += folded
     return out
-
-
-def _setting_key(s: str):
-    """Settings in a natural order: "" first, then by their values read as numbers where they are."""
-    if not s:
-        return (0, ())
-    vals = []
-    for part in s.split(","):
-        k, _, v = part.partition("=")
-        try:
-            vals.append((k.strip(), 0, float(v), ""))
-        except ValueError:
-            vals.append((k.strip(), 1, 0.0, v.strip()))
-    return (1, tuple(vals))
 
 
 # ----------------------------------------------------------------------------- the paper's sizes

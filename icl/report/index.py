@@ -13,7 +13,6 @@ import pandas as pd
 from icl.analyse import claims
 from icl.store.io import read_parquet
 from icl.jobs.provenance import code_version
-from icl.report import headline as report_headline
 from icl.report.html import TEMPLATES, write_text
 
 
@@ -42,7 +41,6 @@ def index_entry(name: str, description: str, results_dir: str) -> dict:
     return {"name": name, "description": description, "runs": len(summary), "runs_said": claims.count(len(summary), "run"),
             "counts": counts, "per_run": per_run,
             "learning": said.get("learning", ""), "finding": said.get("finding", ""),
-            "against": report_headline.against_text(verdicts),
             "train_seconds": float(summary["train_seconds"].sum()),
             "devices": ", ".join(sorted(set(summary["device"].astype(str)))), "thumbnail": thumb}
 

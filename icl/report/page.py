@@ -19,8 +19,9 @@ import yaml
 from icl.analyse import claims
 
 from icl import models, tasks
-from icl.report import headline as report_headline, heads as report_heads
-from icl.report import ldl as report_ldl, llc as report_llc, zfb as report_zfb
+from icl.report import findings as report_findings, headline as report_headline, heads as report_heads
+from icl.report import evidence as report_evidence, ldl as report_ldl, llc as report_llc, zfb as report_zfb
+from icl.report import prose
 from icl.report.settings import distinct_settings, setting_label, swept_columns
 from icl.report.curves import (attention_maps_figure, attention_scores_figure, attention_summary_figure,
                                loss_figure)
@@ -214,7 +215,10 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
     ldl = tasks.family(exp["task"]["kind"]).ldl
     sections = [model_section(m, runs, tabs, exp, ldl) for m in runs["model"].unique()]
     verdicts = tabs["verdicts"]
-    figure_lists = [s[k] for s in sections for k in ("figures", "maps", "theory_figures")] + ([zfb["figures"]] if zfb else [])
+    evidence = report_evidence.evidence_figures(verdicts)
+    evidence_figs = [e["figure"] for e in evidence]
+    figure_lists = [s[k] for s in sections for k in ("figures", "maps", "theory_figures")] + ([zfb["figures"]] if zfb else []) \
+        + [evidence_figs]
     draw_all([f for figs in figure_lists for f in figs], processes)
     layout = report_layout([f for figs in figure_lists for f in figs])
     for figs in figure_lists:       # those whose figure function found nothing to draw go
@@ -228,6 +232,7 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
                       f"{'; fresh prompts: ' + s['fresh_stream'] if s.get('fresh_stream') else ''})" for s in shards})
     tim = benchmark_table(benchmarks or [])
     head = headline(experiment, exp, tabs, verdicts, ldl, paper)
+    layout += [f"prose: {p}" for p in prose.check(headline_sentences(head))]      # a reader's stumbles, said
     swept = swept_columns(runs)
     html = TEMPLATES.get_template("report.html.j2").render(
         experiment=experiment, description=exp.get("description", ""), sections=sections,
@@ -235,6 +240,7 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
         verdict_counts=verdict_counts(verdicts),
         robustness=claim_robustness(verdicts),
         headline=head, grid=report_headline.verdict_grid(verdicts),
+        evidence=[e for e in evidence if e["figure"]], evidence_links=report_evidence.links(evidence),
         verdict_groups=[(m, g[g["scope"] == "setting"].to_dict("records"), _common_domain(g),
                          g[g["scope"] == "run"].to_dict("records")) for m, g in verdicts.groupby("model", sort=False)],
         summary=summ.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="—", classes="tbl runs"),
@@ -272,9 +278,15 @@ def headline(experiment: str, exp: dict, tabs: dict, verdicts: pd.DataFrame, ldl
     models = report_headline.model_outcomes(tabs, ldl)
     return {"models": models, "learning": report_headline.learning_sentence(models),
             "claims": report_headline.claim_counts(verdicts, claim_robustness(verdicts)),
-            "failing": report_headline.failing_claims(verdicts), "undecided": report_headline.undecided(verdicts),
-            "finding": report_headline.finding(verdicts), "paper": report_headline.paper_sizes(exp, paper_exp),
+            "findings": report_findings.findings(verdicts), "finding": report_findings.index_line(verdicts),
+            "paper": report_headline.paper_sizes(exp, paper_exp),
             "clock": report_headline.clock_sentences(tabs) if ldl else []}
+
+
+def headline_sentences(head: dict) -> list[str]:
+    """The sentences of the page's first screen, as icl.report.prose checks them."""
+    models = [f"{m['says'] or m['status']}. {m['trained']}; {m['reached']}." for m in head["models"]]
+    return [*head["clock"], *head["findings"], *models, *([head["paper"] + "."] if head["paper"] else [])]
 
 
 # run columns that identify or describe a run rather than set it

@@ -156,11 +156,14 @@ def escape_figure(summary: pd.DataFrame, runs: pd.DataFrame) -> Figure | None:
 def with_N(shift: pd.DataFrame) -> pd.DataFrame:
     """shift rows with every baseline's rows named by the training N of the runs tested on the same
     prompts (eval_id): a baseline sees only the test prompt, so its rows carry no N of their own;
-    prompts shared by runs of several N are listed under each."""
+    prompts shared by runs of several N are listed under each. A baseline that has a training length
+    of its own (lsa_limit: the LSA's closed-form optimum at N) keeps it."""
     trained = shift[shift["run_id"].notna()]
     of_eval = trained[["eval_id", "N"]].dropna().drop_duplicates()
-    base = shift[shift["run_id"].isna()].drop(columns="N").merge(of_eval, on="eval_id")
-    return pd.concat([trained, base[shift.columns]], ignore_index=True)
+    base = shift[shift["run_id"].isna()]
+    own = base[base["N"].notna()]          # a baseline of a training length of its own (the LSA's limit at N): kept there
+    named = base[base["N"].isna()].drop(columns="N").merge(of_eval, on="eval_id")
+    return pd.concat([trained, own, named[shift.columns]], ignore_index=True)
 
 
 def predictor_table(shift: pd.DataFrame, tabs: dict | None = None) -> str:

@@ -30,7 +30,7 @@ from icl.analyse.claims.judge import Band, Choices, DEFAULT, judge, too_few_seed
 from icl.analyse.claims.ldl.clock import on_one_clock
 from icl.analyse.claims.ldl.flow import THEOREM
 from icl.analyse.claims.ldl.flow_domain import BOUND_GROUP
-from icl.analyse.claims.ldl.identities import probs
+from icl.analyse.fits import probs_of
 from icl.analyse.claims.ldl.setting import Setting
 from icl.analyse.collapse import sampled_flow_time
 from icl.stats import MIN_SEEDS, mean_interval
@@ -100,7 +100,7 @@ def _constants(df: pd.DataFrame, Ks: list[int]) -> tuple[np.ndarray, list[str]]:
     for j, K in enumerate(Ks):
         g = df[df["K"].astype(int) == K]
         r = g.loc[g["clock_per_epoch"].astype(float).idxmax()]        # the fastest run's step: fewest epochs
-        p = probs(g)
+        p = probs_of(g)
         dc = DELTA_SHARE * float(p.min() / p.sum())
         N = int(math.ceil(20 * K / dc ** 2))
         eps = 1.0 / K

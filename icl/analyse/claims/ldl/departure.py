@@ -29,7 +29,8 @@ import pandas as pd
 from icl.analyse import fits
 from icl.analyse.claims import fmt
 from icl.analyse.claims.ldl.clock import on_one_clock
-from icl.analyse.collapse import TCOL, continuous_tau, probs_of, flow_times
+from icl.analyse.collapse import TCOL, continuous_tau, flow_times
+from icl.analyse.fits import probs_of
 
 BIG = math.log(1e3)      # a departure the step set outright (a crossing within RESOLUTION steps, a divergence, no crossing)
 

@@ -21,7 +21,8 @@ import pandas as pd
 from icl.analyse.claims import NOT_TESTABLE, base_id, fmt
 from icl.analyse.claims.judge import join
 from icl.analyse.claims.ldl.flow import AGREE, agrees
-from icl.analyse.claims.ldl.identities import probs, regime_of
+from icl.analyse.claims.ldl.identities import regime_of
+from icl.analyse.fits import probs_of
 from icl.analyse.claims.ldl.setting import ATTN_TOL
 from icl.theory import ldl
 
@@ -51,7 +52,7 @@ def hypotheses(df: pd.DataFrame, eps: float | None) -> list[Hypothesis]:
     worst = {}
     for (K, N), g in df.groupby(["K", "N"]):
         K, N = int(K), int(N)
-        p = probs(g)
+        p = probs_of(g)
         dc, pmin = ldl.delta_conc(K, N), float(p.min() / p.sum())
         cands = [Hypothesis("N ≥ K³", f"N = {N}, K³ = {K ** 3}", N / K ** 3),
                  Hypothesis("δ < min p_k", f"δ = sqrt(20K/N) = {dc:.3g}, min p_k = {pmin:.3g}", pmin / dc)]

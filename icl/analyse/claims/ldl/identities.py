@@ -1,14 +1,13 @@
 """Identities that decide a claim (not testable), the theorems' domain, and the readings of L."""
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 import pandas as pd
 
 from icl.analyse import fits
-from icl.data import feature_probs
+from icl.analyse.fits import probs_of
 from icl.models import kinds
 from icl.tasks import scales_with_L
 from icl.theory import ldl
@@ -116,7 +115,7 @@ def domain(df: pd.DataFrame, eps: float | None = None) -> str:
     out = [eq4_text(df[eq4_outside(df)])] if eq4_outside(df).any() else []
     for (K, N), g in df.groupby(["K", "N"]):
         K, N = int(K), int(N)
-        p = probs(g)
+        p = probs_of(g)
         dc, pmin = ldl.delta_conc(K, N), float(p.min() / p.sum())
         if dc >= pmin:
             out.append(f"δ = sqrt(20K/N) = {dc:.2f} ≥ min p_k = {pmin:.2f} (K={K}, N={N}): the concentration set's "
@@ -168,12 +167,6 @@ def gap_readings(g: pd.DataFrame) -> dict[str, pd.DataFrame]:
     label gap², via gap_L). A run set whose step follows the measured clock η‖v‖⁴E[(f(v_k) −
     f(v_k'))²] follows the second."""
     return {"LΔ": g, "gap": g.assign(L=gap_L(g))}
-
-
-def probs(df: pd.DataFrame) -> np.ndarray:
-    """Feature frequencies p_k of the runs (icl.data.feature_probs: uniform unless the config gives them)."""
-    p = df["probs"].dropna() if "probs" in df else pd.Series(dtype=object)
-    return feature_probs({"K": int(df["K"].iloc[0]), "probs": json.loads(p.iloc[0]) if len(p) else None})
 
 
 def regimes(df: pd.DataFrame, factor: float = 1.0) -> pd.Series:

@@ -1,0 +1,64 @@
+"""The evidence figure of every decided row (issue 62.2): the band read back from the prediction as
+icl.analyse.claims.judge.Band.text writes it, one strip per decided row with its value and interval,
+and the verdict table's link from each decided row to its claim's figure."""
+import base64
+import io
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from icl.analyse import claims
+from icl.analyse.claims.judge import Band
+from icl.report import evidence
+
+
+@pytest.mark.parametrize("band", [Band(0.5, 1.0), Band(-1.0, -1.0, 0.5), Band(-math.inf, 0.0),
+                                  Band(1.0, math.inf), Band(1e-3, 2.5e-3)])
+def test_the_band_is_read_back_from_the_prediction_as_the_judge_writes_it(band):
+    a, b = band.edges()
+    got = evidence.band_of(f"slope of log T on log L {band.text()} (T: the epoch …), as App. A states")
+    assert got == (pytest.approx(a, rel=1e-3), pytest.approx(b, rel=1e-3))
+
+
+def test_a_prediction_without_a_band_has_none():
+    assert evidence.band_of("Γ⁻¹ nearer than Λ⁻¹") is None and evidence.band_of(None) is None
+
+
+def _rows():
+    base = {"experiment": "x", "claim": "", "measurement": "m", "domain": "", "fragile": "", "scope": "setting",
+            "reason": ""}
+    # ldl_cosine's block rows of ldl.faster_with_L as the default run wrote them, and a not-testable one
+    return pd.DataFrame([
+        {**base, "claim_id": "ldl.faster_with_L.ext", "model": "block", "group": "flat", "verdict": claims.HOLDS,
+         "value": -1.24, "ci_lo": -1.42, "ci_hi": -1.07, "prediction": "slope of log T on log L ≤ 0 (T: …)"},
+        {**base, "claim_id": "ldl.faster_with_L.ext", "model": "block", "group": "sharp", "verdict": claims.FAILS,
+         "value": 0.649, "ci_lo": 0.284, "ci_hi": 1.013, "prediction": "slope of log T on log L ≤ 0 (T: …)"},
+        {**base, "claim_id": "ldl.phases", "model": "block", "group": "flat", "verdict": claims.NOT_TESTABLE,
+         "value": np.nan, "ci_lo": np.nan, "ci_hi": np.nan, "prediction": "—"},
+    ])
+
+
+def test_each_decided_row_is_a_strip_with_its_value_and_interval_and_is_linked():
+    v = _rows()
+    figs = evidence.evidence_figures(v)
+    assert [e["claim_id"] for e in figs] == ["ldl.faster_with_L.ext"]          # the not-testable claim has none
+    drawn = pd.read_csv(io.StringIO(base64.b64decode(figs[0]["figure"].csv).decode()))
+    for g, verdict, value, lo, hi in (("flat", claims.HOLDS, -1.24, -1.42, -1.07),
+                                      ("sharp", claims.FAILS, 0.649, 0.284, 1.013)):
+        dot = drawn[drawn["series"] == f"{g}: {verdict} {value:.3g}"]
+        assert len(dot) == 1 and dot["x"].iloc[0] == pytest.approx(value)
+        bar = drawn[drawn["series"] == f"{g}: 95% interval"]
+        assert sorted(bar["x"]) == pytest.approx([lo, hi])
+    links = evidence.links(figs)
+    assert links == {"block|ldl.faster_with_L.ext|flat": "evidence-ldl.faster_with_L.ext",
+                     "block|ldl.faster_with_L.ext|sharp": "evidence-ldl.faster_with_L.ext"}
+    assert figs[0]["figure"].problems == []
+
+
+def test_a_claim_with_many_rows_is_split_over_figures():
+    v = pd.concat([_rows().iloc[[0]].assign(group=f"N={n}") for n in range(evidence.PER_FIGURE + 3)], ignore_index=True)
+    figs = evidence.evidence_figures(v)
+    assert [len(e["rows"]) for e in figs] == [evidence.PER_FIGURE, 3]
+    assert figs[1]["anchor"] == "evidence-ldl.faster_with_L.ext-1" and "(part 2 of 2)" in figs[1]["title"]
