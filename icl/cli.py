@@ -12,6 +12,7 @@ import sys
 import time
 
 from icl.config import ConfigError
+from icl.train.stopping import RETRY, Stopped
 
 
 def cmd_check(args) -> None:
@@ -256,6 +257,9 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     try:
         args.fn(args)
+    except Stopped as e:        # SIGTERM / SIGUSR1: checkpointed; the workflow's retry resumes it
+        print(f"stopped: {e}", file=sys.stderr, flush=True)
+        sys.exit(RETRY)
     except (ConfigError, RuntimeError) as e:
         sys.exit(f"error: {e}")
     except OSError as e:        # a wrong path or a full disk: say which file, not a traceback

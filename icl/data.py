@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from icl.store.files import atomic_path
+from icl.store.files import atomic_path, move_aside
 from icl.settings import Train
 from icl.tasks import sample_labels   # each task family draws its own labels (icl/tasks.py)
 from icl.settings import Tokens
@@ -235,8 +235,9 @@ class Dataset:
             with np.load(self.path) as z:
                 return what(z)
         except Exception as e:   # zipfile/ValueError/EOFError/KeyError: all mean the same to the user
-            raise RuntimeError(f"prompt file {self.path} is unreadable ({type(e).__name__}: {e}); "
-                               "delete it and rerun to regenerate it") from None
+            raise RuntimeError(f"prompt file {self.path} is unreadable ({type(e).__name__}: {e}); moved aside to "
+                               f"{move_aside(self.path)} (kept for inspection): rerun the same command to "
+                               "regenerate it") from None
 
     def __getitem__(self, key: str) -> np.ndarray:
         return self._read(lambda z: with_tokens(z, key))

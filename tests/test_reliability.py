@@ -156,8 +156,10 @@ def test_truncated_table_is_named(reference, tmp_path):
     bad = tmp_path / "summary.parquet"
     bad.write_bytes((reference / "results/long/summary.parquet").read_bytes())
     _truncate(bad)
-    with pytest.raises(RuntimeError, match=r"table .*summary\.parquet is unreadable.*delete it"):
+    with pytest.raises(RuntimeError, match=r"table .*summary\.parquet is unreadable.*moved aside to .*summary\.parquet"
+                                           r"\.damaged-.*rerun the same command to rebuild it"):
         read_parquet(str(bad))
+    assert not bad.exists() and len(list(tmp_path.glob("summary.parquet.damaged-*"))) == 1     # kept, out of the way
 
 
 def test_truncated_shard_is_named(reference, tmp_path):
@@ -165,9 +167,10 @@ def test_truncated_shard_is_named(reference, tmp_path):
     bad = tmp_path / shard.name
     bad.write_bytes(shard.read_bytes())
     _truncate(bad)
-    with pytest.raises(RuntimeError, match=rf"shard file .*{bad.name} is unreadable.*retrain"):
+    with pytest.raises(RuntimeError, match=rf"shard file .*{bad.name} is unreadable.*moved aside.*retrain"):
         aggregate(str(reference / "results/long/runs.parquet"), [str(bad)], str(tmp_path))
-    assert sorted(p.name for p in tmp_path.iterdir()) == [bad.name]       # no table left, whole or half
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert len(left) == 1 and left[0].startswith(bad.name + ".damaged-")   # no table left, whole or half; the shard kept
 
 
 def test_truncated_prompts_are_named(reference, tmp_path):
@@ -175,10 +178,9 @@ def test_truncated_prompts_are_named(reference, tmp_path):
     bad = tmp_path / src.name
     bad.write_bytes(src.read_bytes())
     _truncate(bad)
-    with pytest.raises(RuntimeError, match=rf"prompt file .*{bad.name} is unreadable.*regenerate"):
+    with pytest.raises(RuntimeError, match=rf"prompt file .*{bad.name} is unreadable.*moved aside.*regenerate"):
         read_dataset(str(bad))
-    with pytest.raises(RuntimeError, match=rf"prompt file .*{bad.name} is unreadable.*regenerate"):
-        Dataset(str(bad))
+    assert not bad.exists() and len(list(tmp_path.glob(bad.name + ".damaged-*"))) == 1
 
 
 def test_tables_carry_provenance(reference):
@@ -189,3 +191,113 @@ def test_tables_carry_provenance(reference):
     summ = pd.read_parquet(reference / "results/long/summary.parquet")
     assert summ["code_hash"].nunique() == 1 and len(summ["code_hash"].iloc[0]) == 12
     assert np.all(~summ["diverged"])
+
+
+# ---------------------------------------------------------------- the faults of issue 64, through the workflow
+
+def _copy_of(reference, tmp_path):
+    """A finished workflow directory to damage: the reference's config, results and Snakemake state."""
+    import shutil
+    for part in ("c.yaml", "results", ".snakemake"):
+        src = reference / part
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / part)
+    return tmp_path
+
+
+def _mount_tmpfs(where: Path, size: str) -> bool:
+    where.mkdir()
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                          capture_output=True).returncode == 0
+
+
+@pytest.mark.slow
+def test_a_full_disk_is_named_and_the_same_command_resumes_once_space_is_freed(reference, tmp_path):
+    """results/ on a 400 kB tmpfs: the workflow stops with one line naming the file, the bytes
+    written and the free space, leaves nothing partial, and once the filesystem is grown the same
+    command finishes to the reference's tables."""
+    disk = tmp_path / "disk"
+    if os.geteuid() != 0 or not _mount_tmpfs(disk, "400k"):
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        wd = tmp_path / "wd"
+        wd.mkdir()
+        (wd / "c.yaml").write_text(yaml.safe_dump(LONG))
+        (wd / "results").symlink_to(disk)
+        res = subprocess.run(_cmd(wd, *TARGETS), capture_output=True, text=True, timeout=600)
+        assert res.returncode != 0
+        said = [line for p in (wd / "logs").rglob("*.log") for line in p.read_text().splitlines()
+                if "no space left on the device" in line]
+        assert said and all(l.startswith("error: no space left on the device to write ") and "bytes free" in l
+                            for l in said), said
+        assert not [p for p in disk.rglob("*") if ".tmp" in p.name]          # nothing partial left
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+        _run(wd, "--rerun-incomplete")
+        _assert_same(_tables(reference), _tables(wd))
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+@pytest.mark.slow
+def test_a_preempted_training_job_stops_at_its_epoch_and_the_same_command_resumes(reference, tmp_path):
+    """SIGTERM to the training job (as SLURM sends at preemption or the time limit): it checkpoints
+    at the epoch it is in, exits with icl.train.stopping.RETRY and says so in its log; the same
+    command resumes it there, to the reference's tables."""
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(LONG))
+    proc = subprocess.Popen(_cmd(tmp_path, *TARGETS), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    logs = tmp_path / "logs" / "long" / "train"
+    deadline = time.time() + 300
+    pid = None
+    while time.time() < deadline and pid is None:
+        assert proc.poll() is None, "workflow finished before training was under way"
+        if any("epoch " in p.read_text() for p in logs.glob("*.log")) if logs.exists() else False:
+            ps = subprocess.run(["pgrep", "-f", "icl train --plan"], capture_output=True, text=True).stdout.split()
+            pid = [int(p) for p in ps] or None
+        time.sleep(0.05)
+    assert pid, "no training job seen"
+    for p in pid:                      # SLURM signals every process of the job: its shell and the trainer
+        os.kill(p, signal.SIGTERM)
+    assert proc.wait(300) != 0
+    log = "".join(p.read_text() for p in logs.glob("*.log"))
+    assert "stopped: " in log and "stopped by SIGTERM after epoch" in log and "checkpoint saved" in log, log[-2000:]
+    _run(tmp_path, "--rerun-incomplete")
+    log = "".join(p.read_text() for p in logs.glob("*.log"))
+    assert "resuming from checkpoint at epoch" in log
+    _assert_same(_tables(reference), _tables(tmp_path))
+
+
+def test_a_damaged_shard_is_moved_aside_and_the_same_command_retrains_it(reference, tmp_path):
+    """A truncated shard (a disk fault, a copy cut short): the tables step moves it aside, kept,
+    and says to rerun; the same command retrains that shard, to the reference's tables."""
+    wd = _copy_of(reference, tmp_path)
+    shard = next((wd / "results/long/shards").glob("*.npz"))
+    _truncate(shard)
+    res = subprocess.run(_cmd(wd, *TARGETS), capture_output=True, text=True, timeout=600)
+    assert res.returncode != 0
+    log = (wd / "logs/long/tables.log").read_text()
+    assert f"shard file {shard.relative_to(wd)} is unreadable" in log and "moved aside" in log, log[-1500:]
+    assert list(shard.parent.glob(shard.name + ".damaged-*"))
+    _run(wd)
+    _assert_same(_tables(reference), _tables(wd))
+
+
+def test_two_trainers_on_one_shard_leave_it_whole(reference, tmp_path):
+    """A double submission: two training jobs of one shard at once. One trains, the other waits,
+    says so and finds the shard done; the shard equals the reference's."""
+    import json
+    wd = _copy_of(reference, tmp_path)
+    shard = next((wd / "results/long/shards").glob("*.npz"))
+    ref = dict(np.load(shard))
+    shard.unlink()
+    plan = wd / "results/long/plan.json"
+    name = shard.stem
+    cmd = [sys.executable, "-m", "icl", "train", "--plan", str(plan), "--shard", name,
+           "--prompts-dir", str(wd / "results/long/prompts"), "--out", str(shard), "--threads", "2"]   # as the rule
+    jobs = [subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=REPO) for _ in range(2)]
+    errs = [j.communicate(timeout=300)[1] for j in jobs]
+    assert [j.returncode for j in jobs] == [0, 0], errs
+    assert sum("is training this shard already; waiting for it" in e for e in errs) == 1, errs
+    got = dict(np.load(shard))
+    assert json.dumps(sorted(got)) == json.dumps(sorted(ref))
+    for k in set(ref) - {"seconds"}:
+        np.testing.assert_array_equal(got[k], ref[k], err_msg=k)

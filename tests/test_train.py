@@ -1,6 +1,7 @@
 """Training a shard: the ensemble equals each run trained alone; attention maps; divergence;
 resume from a checkpoint gives the same numbers as an unbroken run."""
 import os
+import re
 
 import numpy as np
 import pytest
@@ -132,13 +133,23 @@ def test_resume_from_checkpoint_is_exact(tiny_plan, kind):
         np.testing.assert_array_equal(res[key], ref[key], err_msg=key)
 
 
-def test_damaged_checkpoint_named(tiny_plan):
+def test_damaged_checkpoint_is_moved_aside_and_the_shard_retrains(tiny_plan, capfd):
+    """Issue 64.5: a damaged checkpoint is kept for inspection beside its name and the shard trains
+    from epoch 0 under the same command, to the numbers of a run that never had one."""
     recs, paths, tmp = tiny_plan
+    members = _members(recs, "softmax_q")
     out = str(tmp / "x.npz")
     with open(out + ".ckpt", "wb") as fh:
         fh.write(b"not a checkpoint")
-    with pytest.raises(RuntimeError, match=r"checkpoint .*x\.npz\.ckpt is damaged"):
-        train_shard(_members(recs, "softmax_q"), paths, out)
+    got = train_shard(members, paths, out)
+    err = capfd.readouterr().err
+    assert re.search(r"checkpoint .*x\.npz\.ckpt is damaged \(UnpicklingError\): moved aside to .*x\.npz\.ckpt\.damaged-"
+                     r"\d{8}-\d{6} \(kept for inspection\); this shard restarts from epoch 0", err), err
+    kept = list(tmp.glob("x.npz.ckpt.damaged-*"))
+    assert len(kept) == 1 and kept[0].read_bytes() == b"not a checkpoint" and not os.path.exists(out + ".ckpt")
+    ref = train_shard(members, paths, str(tmp / "clean.npz"))
+    for key in set(ref) - {"seconds"}:
+        np.testing.assert_array_equal(got[key], ref[key], err_msg=key)
 
 
 class Payload:
@@ -215,3 +226,36 @@ def test_a_full_batch_epoch_is_logged_from_its_one_step(tiny_plan, monkeypatch):
     assert calls == {"step": epochs, "test_losses": len(out["epoch"]), "loss": len(out["epoch"]) + 1}, calls
     expect, _, _ = _replay_gd(r, paths)
     np.testing.assert_allclose(out["train_loss"][0], expect[out["epoch"]], rtol=1e-5)
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGUSR1"])
+def test_a_stop_signal_checkpoints_at_the_epochs_end_and_the_rerun_resumes_exactly(tiny_plan, sig, capfd):
+    """Issue 64.3: SLURM's SIGTERM (preemption, the time limit) or an early SIGUSR1 arriving as epoch
+    4 ends, between checkpoints (every 5 here): the job saves a checkpoint there, not at the last
+    checkpoint_every, and stops with icl.train.stopping.Stopped; the same job run again resumes at
+    epoch 4 and ends with the numbers of a run never stopped."""
+    import signal
+    import icl.train.loop as T
+    from icl.train.stopping import Stopped
+    recs, paths, tmp = tiny_plan
+    members = _members(recs, "softmax_q")
+    ref = train_shard(members, paths, str(tmp / "ref.npz"))
+    orig = T.Progress.update
+
+    def signalled(self, done, *a, **k):
+        orig(self, done, *a, **k)
+        if done == 4:                       # arrives as epoch 4 ends
+            os.kill(os.getpid(), getattr(signal, sig))
+    T.Progress.update = signalled
+    out = str(tmp / "res.npz")
+    try:
+        with pytest.raises(Stopped, match=rf"stopped by {sig} after epoch 4 of \d+: checkpoint saved to .*res\.npz\.ckpt"):
+            train_shard(members, paths, out)
+    finally:
+        T.Progress.update = orig
+    assert os.path.exists(out + ".ckpt") and not os.path.exists(out)
+    capfd.readouterr()
+    res = train_shard(members, paths, out)
+    assert "resuming from checkpoint at epoch 4" in capfd.readouterr().err
+    for key in set(ref) - {"seconds"}:
+        np.testing.assert_array_equal(res[key], ref[key], err_msg=key)

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from icl.store.files import atomic_path, read_plan  # noqa: F401  (read_plan: plan.json, for every reader)
+from icl.store.files import atomic_path, move_aside, read_plan  # noqa: F401  (read_plan: plan.json, for every reader)
 
 PROVENANCE_KEY = b"icl"     # every table's key-value metadata: where and by what code it was made
 
@@ -56,8 +56,8 @@ def read_parquet(path: str, run_ids=None, **kw) -> pd.DataFrame:
         i = t.schema.get_field_index("run_id")
         return (t.set_column(i, "run_id", t["run_id"].cast(pa.string())) if i >= 0 else t).to_pandas()
     except Exception as e:
-        raise RuntimeError(f"table {path} is unreadable ({type(e).__name__}: {e}); delete it and rerun "
-                           "snakemake to rebuild it") from None
+        raise RuntimeError(f"table {path} is unreadable ({type(e).__name__}: {e}); moved aside to "
+                           f"{move_aside(path)} (kept for inspection): rerun the same command to rebuild it") from None
 
 
 def read_shard(path: str, only: tuple[str, ...] = ()) -> dict:
@@ -67,8 +67,8 @@ def read_shard(path: str, only: tuple[str, ...] = ()) -> dict:
         with np.load(path) as z:
             return {k: z[k] for k in z.files if not only or k.startswith(only)}
     except Exception as e:
-        raise RuntimeError(f"shard file {path} is unreadable ({type(e).__name__}); delete it and rerun "
-                           "snakemake to retrain that shard") from None
+        raise RuntimeError(f"shard file {path} is unreadable ({type(e).__name__}); moved aside to {move_aside(path)} "
+                           "(kept for inspection): rerun the same command to retrain that shard") from None
 
 
 TEXT = pa.dictionary(pa.int32(), pa.string())      # run ids, metric and matrix names

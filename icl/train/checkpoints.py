@@ -12,7 +12,7 @@ import zipfile
 import numpy as np
 import torch
 
-from icl.store.files import atomic_path
+from icl.store.files import atomic_path, move_aside
 from icl.jobs.runtime import stable_hash
 
 PER_SHARD = ("epoch", "seconds", "device", "device_name", "threads", "precision", "compiled", "fresh_stream",
@@ -51,26 +51,31 @@ class Checkpoint:
         self.path, self.run_ids, self.label = path, run_ids, label
 
     def load(self, dev) -> dict | None:
+        """The saved state, or None (no checkpoint, another run set's, or a damaged one: moved aside,
+        kept for inspection, and the shard restarts from epoch 0, said in one line)."""
         if not os.path.exists(self.path):
             return None
         try:
             ck = torch.load(self.path, map_location=dev, weights_only=True)
         except pickle.UnpicklingError:
             if not zipfile.is_zipfile(self.path):       # not a torch archive at all: damaged
-                raise RuntimeError(f"checkpoint {self.path} is damaged (UnpicklingError); "
-                                   "delete it to restart this shard from epoch 0") from None
+                return self._aside("damaged (UnpicklingError)")
             raise RuntimeError(f"checkpoint {self.path} holds Python objects besides tensors and plain values "
                                "(an older icl saved numpy arrays in it, or another program wrote it); it is not "
                                "loaded, as unpickling them could run code: delete it to restart this shard "
                                "from epoch 0") from None
         except Exception as e:
-            raise RuntimeError(f"checkpoint {self.path} is damaged ({type(e).__name__}); "
-                               "delete it to restart this shard from epoch 0") from None
+            return self._aside(f"damaged ({type(e).__name__})")
         if ck.get("run_ids") != self.run_ids:
             print(f"[{self.label}] ignoring checkpoint of another run set", file=sys.stderr, flush=True)
             return None
         print(f"[{self.label}] resuming from checkpoint at epoch {ck['epoch']}", file=sys.stderr, flush=True)
         return ck
+
+    def _aside(self, what: str) -> None:
+        print(f"[{self.label}] checkpoint {self.path} is {what}: moved aside to {move_aside(self.path)} (kept for "
+              f"inspection); this shard restarts from epoch 0", file=sys.stderr, flush=True)
+        return None
 
     def save(self, state: dict) -> None:
         with atomic_path(self.path) as tmp:

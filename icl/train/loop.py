@@ -19,10 +19,11 @@ import torch
 from icl.train import llc, optim
 
 from icl import models
+from icl.train.stopping import StopRequests, Stopped
 from icl.train.checkpoints import Checkpoint, chunk_paths, merge_chunks, restore, snapshot
 from icl.data import curriculum_stage, read_datasets, with_tokens
 from icl.train.fresh import STREAM_KIND, FreshPrompts
-from icl.store.files import atomic_path
+from icl.store.files import atomic_path, shard_lock
 from icl.train.logs import Logs, Progress, Trace
 from icl.jobs.parallel import Forked
 from icl.jobs.runtime import LOAD_GROUP, log_epochs, log_grid, pick_device, pick_precision
@@ -285,7 +286,16 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
     writes an .npz with the logged arrays (ShardTraining.result). A shard larger than what suits the
     device (chunk_size) trains in chunks, each with a file of its own beside the output until the
     shard's is written (so a killed job keeps its finished chunks); on a CPU with several threads
-    the chunks train side by side in forked one-thread processes."""
+    the chunks train side by side in forked one-thread processes. One trainer at a time per shard
+    (icl.store.files.shard_lock): a second one waits, and finds the shard done."""
+    with shard_lock(out_path, label) as todo:       # a double submission trains the shard once
+        if not todo:
+            with np.load(out_path) as z:
+                return {k: z[k] for k in z.files}
+        return _train_shard(runs, data_paths, out_path, device, threads, label)
+
+
+def _train_shard(runs, data_paths, out_path, device, threads, label) -> dict:
     dev = pick_device(device)
     size = chunk_size(runs, dev)
     if size >= len(runs):
@@ -328,13 +338,17 @@ def train_ensemble(runs: list[dict], data_paths: dict, out_path: str, dev, threa
     compile_step(sh, dev.type == "cuda" if sh.tr.compile is None else sh.tr.compile, label)
     prog, t0 = Progress(label, sh.epochs), time.time()
     every = sh.tr.checkpoint_every
-    for epoch in range(sh.start, sh.epochs):
-        sh.train_epoch(epoch)
-        done = epoch + 1
-        sh.measure_llc(done)
-        prog.update(done, sh.start, sh.n_live, len(runs))
-        if done % every == 0 and done < sh.epochs:
-            ckpt.save(snapshot(sh, done, sh.elapsed0 + time.time() - t0))
+    with StopRequests() as stop:
+        for epoch in range(sh.start, sh.epochs):
+            sh.train_epoch(epoch)
+            done = epoch + 1
+            sh.measure_llc(done)
+            prog.update(done, sh.start, sh.n_live, len(runs))
+            if (done % every == 0 or stop.signal) and done < sh.epochs:
+                ckpt.save(snapshot(sh, done, sh.elapsed0 + time.time() - t0))
+            if stop.signal and done < sh.epochs:
+                raise Stopped(f"[{label}] stopped by {stop.signal} after epoch {done} of {sh.epochs}: checkpoint saved "
+                              f"to {ckpt.path}; the same job run again resumes there")
     if sh.epochs in sh.pos:
         sh.log(sh.epochs)                   # the state training ended in
     prog.update(sh.epochs, sh.start, sh.n_live, len(runs), force=True)
