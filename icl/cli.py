@@ -87,7 +87,7 @@ def cmd_train(args) -> None:
     from icl.train.loop import train_shard
     pl = read_plan(args.plan)
     runs, paths, device = _shard_job(args, pl, pl["runs"])
-    train_shard(runs, paths, args.out, device=device, threads=args.threads, label=args.shard)
+    train_shard(runs, paths, args.out, device=device, threads=args.threads, label=args.shard, mem_mb=args.mem_mb)
 
 
 def cmd_evaluate(args) -> None:
@@ -208,6 +208,9 @@ def main(argv=None) -> None:
         return s
     s = shard_job("train", "train one shard as a vectorized ensemble", cmd_train)
     s.add_argument("--out", required=True)
+    s.add_argument("--mem-mb", type=int, default=None,
+                   help="the memory the job was given (Snakemake's mem_mb): the shard trains in chunks that fit "
+                        "in it, or is refused in one line where one run does not")
     s = shard_job("evaluate", "evaluate one trained shard and the baselines under shift (ZFB)", cmd_evaluate)
     s.add_argument("--trained", required=True, help="the shard's .npz written by `icl train`")
     s.add_argument("--out", required=True, help="where its shift.parquet goes")

@@ -259,3 +259,48 @@ def test_a_stop_signal_checkpoints_at_the_epochs_end_and_the_rerun_resumes_exact
     assert "resuming from checkpoint at epoch 4" in capfd.readouterr().err
     for key in set(ref) - {"seconds"}:
         np.testing.assert_array_equal(res[key], ref[key], err_msg=key)
+
+
+def test_a_shard_that_does_not_fit_its_memory_is_refused_in_one_line(tiny_plan):
+    """Issue 64.2: a job given less memory than one run's estimate stops before training, naming the
+    estimate and the limit; nothing is written."""
+    recs, paths, tmp = tiny_plan
+    out = str(tmp / "big.npz")
+    with pytest.raises(RuntimeError, match=r"^\[shard\] does not fit: one run needs an estimated \d+\.\d\d GB and the job "
+                                           r"has 0\.00 GB left of 0\.00 GB \(the job's mem_mb = 1\); give the job more "
+                                           r"memory"):
+        train_shard(_members(recs, "transformer_block"), paths, out, mem_mb=1)
+    assert not os.path.exists(out) and not os.path.exists(out + ".ckpt")
+
+
+def test_a_shard_larger_than_its_memory_trains_in_chunks_that_fit(tiny_plan, capfd, monkeypatch):
+    """The same shard given room for two and a half runs (the process holding the rest of a
+    1000 MB job) trains in chunks of two, to the numbers of the whole ensemble (float32 rounding: a
+    run in a smaller ensemble sums in another order)."""
+    from icl import models
+    from icl.jobs import memory
+    recs, paths, tmp = tiny_plan
+    members = _members(recs, "transformer_block")
+    whole = train_shard(members, paths, str(tmp / "whole.npz"))
+    per_run = models.MODELS["transformer_block"].train_bytes(members[0]["spec"])
+    monkeypatch.setattr(memory, "resident", lambda: 1000 * 2**20 - int(2.5 * per_run))
+    capfd.readouterr()
+    parts = train_shard(members, paths, str(tmp / "parts.npz"), mem_mb=1000)
+    err = capfd.readouterr().err
+    assert f"{len(members)} runs at an estimated" in err and "trained 2 at a time" in err, err
+    assert f"{len(members)} runs in {-(-len(members) // 2)} chunks of at most 2" in err
+    for key in ("train_loss", "test_loss", "attn_own"):
+        np.testing.assert_allclose(parts[key], whole[key], rtol=2e-5, atol=1e-7, err_msg=key)
+
+
+def test_a_worker_killed_by_the_kernel_is_said_to_be_out_of_memory(tiny_plan, monkeypatch):
+    """A chunk's forked worker killed by signal 9 (the kernel's OOM killer): the job says so with its
+    chunks and limit, instead of a bare BrokenProcessPool."""
+    import signal
+    import icl.train.loop as T
+    recs, paths, tmp = tiny_plan
+    monkeypatch.setattr(T, "chunk_size", lambda runs, dev: 1)
+    monkeypatch.setattr(T, "_chunk_job", lambda item: os.kill(os.getpid(), signal.SIGKILL))
+    with pytest.raises(RuntimeError, match=r"a training worker was killed, probably out of memory: 2 chunks of at most 1 "
+                                           r"runs at once, limit .* GB \(.*\); the finished chunks are kept"):
+        train_shard(_members(recs, "softmax_q"), paths, str(tmp / "k.npz"), threads=2)

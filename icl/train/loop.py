@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 import torch
@@ -23,6 +24,7 @@ from icl.train.stopping import StopRequests, Stopped
 from icl.train.checkpoints import Checkpoint, chunk_paths, merge_chunks, restore, snapshot
 from icl.data import curriculum_stage, read_datasets, with_tokens
 from icl.train.fresh import STREAM_KIND, FreshPrompts
+from icl.jobs import memory
 from icl.store.files import atomic_path, shard_lock
 from icl.train.logs import Logs, Progress, Trace
 from icl.jobs.parallel import Forked
@@ -280,8 +282,29 @@ def chunk_size(runs: list[dict], dev) -> int:
     return kind.ensemble_cap(spec) or len(runs)
 
 
+def fitting(runs: list[dict], size: int, mem_mb: int | None, label: str) -> int:
+    """`size` cut to the runs that fit in the memory this CPU job has (icl.jobs.memory.limit, less
+    what the process holds already, at the kind's estimate a run, Model.train_bytes); a shard of
+    which not one run fits is refused in one line naming the estimate and the limit. Chunks cut
+    for memory train one at a time (side by side they would need the memory twice)."""
+    total, what = memory.limit(mem_mb)
+    if total is None:
+        return size
+    per_run = max(1, models.MODELS[runs[0]["spec"]["model"]["kind"]].train_bytes(runs[0]["spec"]))
+    room = total - memory.resident()
+    fit = int(room // per_run)
+    if fit < 1:
+        raise RuntimeError(f"[{label}] does not fit: one run needs an estimated {memory.gb(per_run)} and the job has "
+                           f"{memory.gb(max(room, 0))} left of {memory.gb(total)} ({what}); give the job more memory "
+                           "(mem_mb) or make its runs smaller (prompts.N, prompts.train, the model's width)")
+    if fit < size:
+        print(f"[{label}] {len(runs)} runs at an estimated {memory.gb(per_run)} each do not fit in the "
+              f"{memory.gb(room)} left ({what}): trained {fit} at a time", file=sys.stderr, flush=True)
+    return min(size, fit)
+
+
 def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str = "auto",
-                threads: int | None = None, label: str = "shard") -> dict:
+                threads: int | None = None, label: str = "shard", mem_mb: int | None = None) -> dict:
     """runs: [{run_id, data_id, spec}] of one shard. Trains them, checkpointing as it goes, and
     writes an .npz with the logged arrays (ShardTraining.result). A shard larger than what suits the
     device (chunk_size) trains in chunks, each with a file of its own beside the output until the
@@ -292,12 +315,14 @@ def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str =
         if not todo:
             with np.load(out_path) as z:
                 return {k: z[k] for k in z.files}
-        return _train_shard(runs, data_paths, out_path, device, threads, label)
+        return _train_shard(runs, data_paths, out_path, device, threads, label, mem_mb)
 
 
-def _train_shard(runs, data_paths, out_path, device, threads, label) -> dict:
+def _train_shard(runs, data_paths, out_path, device, threads, label, mem_mb) -> dict:
     dev = pick_device(device)
     size = chunk_size(runs, dev)
+    fit = fitting(runs, size, mem_mb, label) if dev.type == "cpu" else size
+    size, cut = fit, fit < size
     if size >= len(runs):
         return train_ensemble(runs, data_paths, out_path, dev, threads, label)
     parts = [runs[i:i + size] for i in range(0, len(runs), size)]
@@ -306,10 +331,17 @@ def _train_shard(runs, data_paths, out_path, device, threads, label) -> dict:
             if not os.path.exists(p)]
     print(f"[{label}] {len(runs)} runs in {len(parts)} chunks of at most {size} on {dev} "
           f"({len(parts) - len(todo)} done before)", file=sys.stderr, flush=True)
-    workers = min(threads or 1, len(todo)) if dev.type == "cpu" else 1
+    workers = min(threads or 1, len(todo)) if dev.type == "cpu" and not cut else 1
     if workers > 1:
         with Forked(_chunk_job, [(part, data_paths, p, dev, 1, lbl) for part, p, lbl in todo], workers) as work:
-            work.results()
+            try:
+                work.results()
+            except BrokenProcessPool:
+                total, what = memory.limit(mem_mb)
+                raise RuntimeError(f"[{label}] a training worker was killed, probably out of memory: {workers} chunks of "
+                                   f"at most {size} runs at once, limit {memory.gb(total) if total else 'unknown'} "
+                                   f"({what or 'none found'}); the finished chunks are kept: rerun with more memory "
+                                   "or fewer threads") from None
     else:
         for part, p, lbl in todo:
             train_ensemble(part, data_paths, p, dev, threads, lbl)

@@ -13,7 +13,8 @@ rule train:
     threads: lambda w: train_threads(w.exp),
     priority: lambda w: train_priority(w.exp, w.shard)    # longest first, all above theory's 0
     resources:
-        mem_mb=lambda w: shard_mem_mb(w.exp, w.shard),
+        # a retry (the SLURM profile's `retries`, e.g. after the kernel killed the job for memory) asks for more
+        mem_mb=lambda w, attempt: shard_mem_mb(w.exp, w.shard) * attempt,
     benchmark:
         "logs/{exp}/benchmark/train/{shard}.tsv"
     log:
