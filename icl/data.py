@@ -236,7 +236,7 @@ class Dataset:
                 return what(z)
         except Exception as e:   # zipfile/ValueError/EOFError/KeyError: all mean the same to the user
             raise RuntimeError(f"prompt file {self.path} is unreadable ({type(e).__name__}: {e}); moved aside to "
-                               f"{move_aside(self.path)} (kept for inspection): rerun the same command to "
+                               f"{move_aside(self.path)} (kept for inspection): rerun snakemake (the same command) to "
                                "regenerate it") from None
 
     def __getitem__(self, key: str) -> np.ndarray:

@@ -157,7 +157,7 @@ def test_truncated_table_is_named(reference, tmp_path):
     bad.write_bytes((reference / "results/long/summary.parquet").read_bytes())
     _truncate(bad)
     with pytest.raises(RuntimeError, match=r"table .*summary\.parquet is unreadable.*moved aside to .*summary\.parquet"
-                                           r"\.damaged-.*rerun the same command to rebuild it"):
+                                           r"\.damaged-.*rerun snakemake \(the same command\) to rebuild it"):
         read_parquet(str(bad))
     assert not bad.exists() and len(list(tmp_path.glob("summary.parquet.damaged-*"))) == 1     # kept, out of the way
 

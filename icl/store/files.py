@@ -93,6 +93,8 @@ def shard_lock(out_path: str, label: str):
             if not todo:
                 print(f"[{label}] another trainer finished this shard meanwhile: nothing to do", file=sys.stderr, flush=True)
             yield todo
+            if todo and os.path.exists(out_path) and os.path.exists(lock):
+                os.remove(lock)         # done: a trainer still waiting holds the lock's file, and finds the shard
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
 

@@ -57,7 +57,7 @@ def read_parquet(path: str, run_ids=None, **kw) -> pd.DataFrame:
         return (t.set_column(i, "run_id", t["run_id"].cast(pa.string())) if i >= 0 else t).to_pandas()
     except Exception as e:
         raise RuntimeError(f"table {path} is unreadable ({type(e).__name__}: {e}); moved aside to "
-                           f"{move_aside(path)} (kept for inspection): rerun the same command to rebuild it") from None
+                           f"{move_aside(path)} (kept for inspection): rerun snakemake (the same command) to rebuild it") from None
 
 
 def read_shard(path: str, only: tuple[str, ...] = ()) -> dict:
@@ -68,7 +68,7 @@ def read_shard(path: str, only: tuple[str, ...] = ()) -> dict:
             return {k: z[k] for k in z.files if not only or k.startswith(only)}
     except Exception as e:
         raise RuntimeError(f"shard file {path} is unreadable ({type(e).__name__}); moved aside to {move_aside(path)} "
-                           "(kept for inspection): rerun the same command to retrain that shard") from None
+                           "(kept for inspection): rerun snakemake (the same command) to retrain that shard") from None
 
 
 TEXT = pa.dictionary(pa.int32(), pa.string())      # run ids, metric and matrix names
