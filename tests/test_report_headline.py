@@ -371,3 +371,24 @@ def test_each_baseline_at_its_own_N_as_the_parquet_holds_it():
     for N in (10, 20):
         want = float(limits.loc[limits["N"] == N, "mse"].median())
         assert float(rows[(str(N), "lsa_limit")]) == pytest.approx(want, rel=1e-3), (N, rows)
+
+
+def test_one_model_name_under_two_settings_is_two_lines_never_pooled():
+    """Issue 62.4: zfb_gpt trains 'gpt' with learned positions and with none; its figures and table
+    pooled both in one 'gpt' line (1.82 … 1.23 where learned positions alone read 1.61 … 0.87). Each
+    setting is a predictor of its own, with its own median, in the table and in the figure's data."""
+    import base64
+    import io
+    t = _tables(ratio_gpt=0.5, ratio_lsa=0.3)
+    t["runs"] = t["runs"].assign(positional=["learned", "none", None, None])
+    t["summary"] = t["summary"].assign(diverged=False)
+    t["shift"].loc[t["shift"]["run_id"] == "b", "mse"] = 8.0            # the run without positions: worse
+    sh = report_zfb._lsa_rows(t)
+    assert set(sh.loc[sh["run_id"].isin(["a", "b"]), "predictor"]) == {"gpt (positional: learned)", "gpt (positional: none)"}
+    html = report_zfb.predictor_table(sh)
+    rows = {r[1]: float(r[2]) for r in (re.findall(r"<td>(.*?)</td>", x) for x in re.findall(r"<tr>\s*(<td>.*?)</tr>", html, re.S))}
+    assert rows["gpt (positional: learned)"] == pytest.approx(2.0) and rows["gpt (positional: none)"] == pytest.approx(8.0)
+    assert "gpt" not in rows
+    fig = report_zfb.error_vs_length_figure(sh)
+    drawn = pd.read_csv(io.StringIO(base64.b64decode(fig.csv).decode()))
+    assert {"gpt (positional: learned), N=20", "gpt (positional: none), N=20"} <= set(drawn["series"])

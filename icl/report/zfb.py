@@ -251,9 +251,24 @@ def slope_figure(shift: pd.DataFrame) -> Figure | None:
     return png(fig)
 
 
+MODEL_SETTINGS = ("positional", "layers", "heads", "width")     # what makes one model name several models
+
+
 def _lsa_rows(tabs) -> pd.DataFrame:
-    """shift rows of healthy runs, trained LSA rows labelled 'lsa' (icl.analyse.claims.zfb.healthy_shift)."""
-    return healthy_shift(tabs)
+    """shift rows of healthy runs, trained LSA rows labelled 'lsa' (icl.analyse.claims.zfb.healthy_shift);
+    a model name trained under several model settings (zfb_gpt's gpt, with learned positions and
+    with none) a predictor per setting, 'gpt (positional: none)', so that no line, table row or
+    median pools two models."""
+    sh = healthy_shift(tabs)
+    for name, g in tabs["runs"].groupby("model", sort=False):
+        varying = [c for c in MODEL_SETTINGS if c in g and g[c].astype(str).nunique() > 1]
+        if not varying:
+            continue
+        label = {rid: f"{name} ({', '.join(f'{c}: {v}' for c, v in zip(varying, vals))})"
+                 for rid, *vals in g[["run_id", *varying]].astype(str).itertuples(index=False)}
+        mine = sh["run_id"].isin(label) & (sh["predictor"] == name)
+        sh.loc[mine, "predictor"] = sh.loc[mine, "run_id"].map(label)
+    return sh
 
 
 def seed_figure(shift: pd.DataFrame, laws: list[tuple[str, pd.DataFrame]]) -> Figure | None:
