@@ -249,6 +249,7 @@ def seed_from(wd, src, *names):
         (shutil.copytree if a.is_dir() else shutil.copy2)(a, b)
 
 
+@pytest.mark.slow     # 4 minutes on a real cluster: the quick suite (make test) stays within 10; CI (make check) runs it
 def test_failures_are_reported_retried_and_a_rerun_resumes(cluster, tmp_path_factory):
     """Two training jobs go wrong on the cluster, in one Snakemake run with the profile's `retries: 1`:
     - the softmax_q job finds a damaged checkpoint: it moves it aside (kept for inspection), says so
