@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import os
 
+from icl.jobs.provenance import proc_field
 
-def _meminfo(key: str) -> int | None:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+
+def _kib(path: str, key: str) -> int | None:
+    """A `key: <n> kB` field of a /proc file in bytes, or None."""
+    value = proc_field(path, key)
+    return int(value.split()[0]) * 1024 if value else None
 
 
 def _cgroup_limit() -> int | None:
@@ -31,14 +28,7 @@ def _cgroup_limit() -> int | None:
 
 def resident() -> int:
     """This process's resident memory in bytes (0 where /proc does not say)."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    return _kib("/proc/self/status", "VmRSS") or 0
 
 
 def limit(mem_mb: int | None = None) -> tuple[int | None, str]:
@@ -50,7 +40,7 @@ def limit(mem_mb: int | None = None) -> tuple[int | None, str]:
         found.append((int(os.environ["SLURM_MEM_PER_NODE"]) * 2**20, "SLURM's allocation (--mem)"))
     if (cg := _cgroup_limit()) is not None:
         found.append((cg, "its cgroup's memory limit"))
-    if (av := _meminfo("MemAvailable")) is not None:
+    if (av := _kib("/proc/meminfo", "MemAvailable")) is not None:
         found.append((av + resident(), "the machine's available memory"))
     return min(found) if found else (None, "")
 

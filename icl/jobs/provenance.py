@@ -59,13 +59,20 @@ def stamp(config_hash: str | None = None) -> dict:
     return out
 
 
-def cpu_name() -> str:
-    """The CPU's model name (/proc/cpuinfo), for a shard's hardware provenance."""
+def proc_field(path: str, key: str) -> str | None:
+    """The value of the first `key: value` line of a /proc file (cpuinfo, meminfo, self/status),
+    stripped; None where the file or the line is not there."""
     try:
-        with open("/proc/cpuinfo") as fh:
+        with open(path) as fh:
             for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                name, sep, value = line.partition(":")
+                if sep and name.strip() == key:
+                    return value.strip()
     except OSError:
         pass
-    return platform.processor() or "cpu"
+    return None
+
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), for a shard's hardware provenance."""
+    return proc_field("/proc/cpuinfo", "model name") or platform.processor() or "cpu"

@@ -9,8 +9,6 @@ claims' own (icl.analyse.claims.learned.below with the references the claims use
 calls "not learned" is one whose claims were gated on it."""
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 

@@ -31,10 +31,9 @@ import pandas as pd
 
 from icl.analyse import fits
 from icl.analyse.claims import fmt
-from icl.analyse.collapse import flow_times
+from icl.analyse.collapse import SETTING_COLS, flow_times   # what the clock folds into one curve
 from icl.analyse.claims.ldl.identities import _of, approx_identity
 
-SETTING_COLS = ("L", "c", "delta", "N", "lr")     # what the clock folds into one curve (the seed is the replicate)
 CROSSING = "t_unif_5e-1"                          # the setting-wide check's time: half of uniform attention's loss
 
 

@@ -140,9 +140,7 @@ def departure(g: pd.DataFrame) -> Departure | None:
         refs.append(Ls[i])
     if not parts:
         return None
-    with np.errstate(invalid="ignore"):
-        Q = np.where(np.isfinite(np.stack(parts)).any(0), np.nanmax(np.where(np.isfinite(np.stack(parts)),
-                                                                            np.stack(parts), -np.inf), axis=0), np.nan)
+    Q = np.fmax.reduce(np.stack(parts), axis=0)       # the larger over the crossings resolved, NaN where none is
     first = next(c for c in CROSSINGS if c in g)
     f = flow_times(g, first)
     tau_c = _tau_continuous(K, p, _level(first))
