@@ -90,6 +90,14 @@ def cmd_train(args) -> None:
     train_shard(runs, paths, args.out, device=device, threads=args.threads, label=args.shard, mem_mb=args.mem_mb)
 
 
+def train_killed(args, sig: int) -> str:
+    """The line for a training job whose process the kernel killed (icl.jobs.supervise)."""
+    from icl.jobs.supervise import killed
+    from icl.train.loop import memory_words
+    mine = [r for r in read_plan(args.plan)["runs"] if r["shard"] == args.shard]
+    return f"[{args.shard}] " + killed(sig, *memory_words(mine, args.mem_mb))
+
+
 def cmd_evaluate(args) -> None:
     from icl.evaluate.cells import baseline_owners, evaluate_trained
     pl = read_plan(args.plan)
@@ -211,6 +219,7 @@ def main(argv=None) -> None:
     s.add_argument("--mem-mb", type=int, default=None,
                    help="the memory the job was given (Snakemake's mem_mb): the shard trains in chunks that fit "
                         "in it, or is refused in one line where one run does not")
+    s.set_defaults(killed=train_killed)
     s = shard_job("evaluate", "evaluate one trained shard and the baselines under shift (ZFB)", cmd_evaluate)
     s.add_argument("--trained", required=True, help="the shard's .npz written by `icl train`")
     s.add_argument("--out", required=True, help="where its shift.parquet goes")
@@ -258,6 +267,15 @@ def main(argv=None) -> None:
     s = sub.add_parser("claims", help="every claim id and the rule that judges it, as a markdown table")
     s.set_defaults(fn=cmd_claims)
     args = p.parse_args(argv)
+    if argv is None and getattr(args, "killed", None):     # a job run as a program: its work in a child,
+        from icl.jobs.supervise import in_child            # so that a kill by the kernel is reported
+        in_child(lambda: run(args), lambda sig: args.killed(args, sig))
+    else:
+        run(args)
+
+
+def run(args) -> None:
+    """args.fn(args), its expected failures said in one line (a traceback is for the unexpected)."""
     try:
         args.fn(args)
     except Stopped as e:        # SIGTERM / SIGUSR1: checkpointed; the workflow's retry resumes it

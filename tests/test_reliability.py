@@ -301,3 +301,37 @@ def test_two_trainers_on_one_shard_leave_it_whole(reference, tmp_path):
     assert json.dumps(sorted(got)) == json.dumps(sorted(ref))
     for k in set(ref) - {"seconds"}:
         np.testing.assert_array_equal(got[k], ref[k], err_msg=k)
+
+
+def test_a_training_job_killed_by_the_kernel_says_so_and_the_same_command_resumes(reference, tmp_path):
+    """SIGKILL to the training (what the kernel's OOM killer sends): the job's work runs in a child
+    (icl.jobs.supervise), so the job still exits with one line naming the likely cause, the memory
+    estimate and the limit, and 137 as a killed process would; the checkpoint is kept and the same
+    command finishes the shard equal to the reference's."""
+    wd = _copy_of(reference, tmp_path)
+    shard = next((wd / "results/long/shards").glob("*.npz"))
+    ref = dict(np.load(shard))
+    shard.unlink()
+    cmd = [sys.executable, "-m", "icl", "train", "--plan", str(wd / "results/long/plan.json"), "--shard", shard.stem,
+           "--prompts-dir", str(wd / "results/long/prompts"), "--out", str(shard), "--threads", "2", "--mem-mb", "3000"]
+    log = tmp_path / "train.log"
+    with open(log, "w") as err:
+        job = subprocess.Popen(cmd, stderr=err, cwd=REPO)
+        deadline = time.time() + 300
+        while "epoch " not in log.read_text():
+            assert job.poll() is None and time.time() < deadline, log.read_text()[-2000:]
+            time.sleep(0.02)
+        children = Path(f"/proc/{job.pid}/task/{job.pid}/children").read_text().split()
+        assert len(children) == 1, children           # the job's work is one child process
+        os.kill(int(children[0]), signal.SIGKILL)
+        assert job.wait(120) == 128 + signal.SIGKILL
+    said = log.read_text().strip().splitlines()[-1]
+    assert said.startswith(f"error: [{shard.stem}] the training process was killed (SIGKILL), probably out of "
+                           "memory (estimate "), said
+    assert " runs at once, limit " in said and "the job's mem_mb = 3000" in said and "the retry asks for twice the memory" in said, said
+    assert not shard.exists()
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = dict(np.load(shard))
+    for k in set(ref) - {"seconds"}:
+        np.testing.assert_array_equal(got[k], ref[k], err_msg=k)

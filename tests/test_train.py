@@ -266,8 +266,8 @@ def test_a_shard_that_does_not_fit_its_memory_is_refused_in_one_line(tiny_plan):
     estimate and the limit; nothing is written."""
     recs, paths, tmp = tiny_plan
     out = str(tmp / "big.npz")
-    with pytest.raises(RuntimeError, match=r"^\[shard\] does not fit: one run needs an estimated \d+\.\d\d GB and the job "
-                                           r"has 0\.00 GB left of 0\.00 GB \(the job's mem_mb = 1\); give the job more "
+    with pytest.raises(RuntimeError, match=r"^\[shard\] does not fit: one run needs an estimated \d+\.\d+ [GM]B and the job "
+                                           r"has 0\.00 GB left of 1\.0 MB \(the job's mem_mb = 1\); give the job more "
                                            r"memory"):
         train_shard(_members(recs, "transformer_block"), paths, out, mem_mb=1)
     assert not os.path.exists(out) and not os.path.exists(out + ".ckpt")

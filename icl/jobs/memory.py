@@ -46,4 +46,5 @@ def limit(mem_mb: int | None = None) -> tuple[int | None, str]:
 
 
 def gb(x: float) -> str:
-    return f"{x / 2**30:.2f} GB"
+    """Bytes in GB, or in MB below 0.1 GB where two decimals of a GB would read 0.00."""
+    return f"{x / 2**30:.2f} GB" if x >= 0.1 * 2**30 or x == 0 else f"{x / 2**20:.1f} MB"

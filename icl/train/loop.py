@@ -303,6 +303,16 @@ def fitting(runs: list[dict], size: int, mem_mb: int | None, label: str) -> int:
     return min(size, fit)
 
 
+def memory_words(runs: list[dict], mem_mb: int | None) -> tuple[str, str]:
+    """(the estimated memory of the runs a CPU job trains at once, the job's limit) in words, for the
+    line that reports a job the kernel killed (icl.jobs.supervise)."""
+    per_run = max(1, models.MODELS[runs[0]["spec"]["model"]["kind"]].train_bytes(runs[0]["spec"]))
+    at_once = min(len(runs), chunk_size(runs, torch.device("cpu")))
+    total, what = memory.limit(mem_mb)
+    return (f"{memory.gb(per_run * at_once)} for {at_once} runs at once",
+            f"{memory.gb(total)}, {what}" if total else "none found")
+
+
 def train_shard(runs: list[dict], data_paths: dict, out_path: str, device: str = "auto",
                 threads: int | None = None, label: str = "shard", mem_mb: int | None = None) -> dict:
     """runs: [{run_id, data_id, spec}] of one shard. Trains them, checkpointing as it goes, and

@@ -8,8 +8,8 @@ workflow/profiles/slurm) plus the CI overlay (--profile tests/slurm/ci-profile).
 - a run to completion gives the same tables as a local run of the same config (the rerun at the
   end of the failure test; a run from scratch under `-m slow`);
 - a training job that finds a damaged checkpoint moves it aside and trains from epoch 0 in its
-  first attempt; a training job cancelled with scancel (SIGTERM) is retried (the profile's
-  `retries: 1`) and resumes from its checkpoint; cancelled again, it is reported with its log
+  first attempt; a training job cancelled with scancel (SIGTERM) is retried (`--retries 1` over the
+  profile's 3) and resumes from its checkpoint; cancelled again, it is reported with its log
   paths, and Snakemake exits non-zero; rerunning resumes from the checkpoint and ends with the same
   tables.
 
@@ -251,7 +251,7 @@ def seed_from(wd, src, *names):
 
 @pytest.mark.slow     # 4 minutes on a real cluster: the quick suite (make test) stays within 10; CI (make check) runs it
 def test_failures_are_reported_retried_and_a_rerun_resumes(cluster, tmp_path_factory):
-    """Two training jobs go wrong on the cluster, in one Snakemake run with the profile's `retries: 1`:
+    """Two training jobs go wrong on the cluster, in one Snakemake run with `--retries 1`:
     - the softmax_q job finds a damaged checkpoint: it moves it aside (kept for inspection), says so
       in its log and trains the shard from epoch 0, in its first attempt (issue 64.5);
     - the transformer_block job is cancelled with scancel after a checkpoint (SIGTERM: it saves a
@@ -277,7 +277,7 @@ def test_failures_are_reported_retried_and_a_rerun_resumes(cluster, tmp_path_fac
                 return jid
         return None
 
-    proc = subprocess.Popen(snakemake_cmd(wd), cwd=REPO, env=_env(), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(snakemake_cmd(wd, "--retries", "1"), cwd=REPO, env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     out = ""
     try:

@@ -13,8 +13,9 @@ rule train:
     threads: lambda w: train_threads(w.exp),
     priority: lambda w: train_priority(w.exp, w.shard)    # longest first, all above theory's 0
     resources:
-        # a retry (the SLURM profile's `retries`, e.g. after the kernel killed the job for memory) asks for more
-        mem_mb=lambda w, attempt: shard_mem_mb(w.exp, w.shard) * attempt,
+        # a retry (the SLURM profile's `retries`) asks for twice the estimate: the kernel may have killed the
+        # job for memory (its log says so). Not more: most retries follow a time limit or a preemption
+        mem_mb=lambda w, attempt: shard_mem_mb(w.exp, w.shard) * min(attempt, 2),
     benchmark:
         "logs/{exp}/benchmark/train/{shard}.tsv"
     log:
