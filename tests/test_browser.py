@@ -8,6 +8,7 @@ playwright (the test extra `make setup` installs) with executable_path=/usr/bin/
 `playwright install` is never run. Both are found by benchmarks/report_pages.py, which measures
 real pages with the same browser. Skipped where either cannot be had."""
 import copy
+import html as html_lib
 import re
 import shutil
 import struct
@@ -436,3 +437,25 @@ def test_every_decided_row_links_to_its_evidence(finished, tmp_path):
     links = re.findall(r'<a class="evidence-link" href="#([^"]+)">', html)
     assert len(links) == 2 and all(f'<div id="{a}">' in html for a in links)
     assert seen + len(links) > 0
+
+
+def test_every_symbol_a_page_uses_is_defined_at_its_first_use(finished):
+    """Issue 62.6: on every page of a finished run the first use of δ, p_k, L*, K, N … in the prose
+    links to the page's list of symbols, which defines each; a symbol written in the prose (outside
+    figures, scripts and links) and not defined would fail here."""
+    from icl.report.glossary import SYMBOLS
+    for page in sorted((finished / "reports").glob("*.html")):
+        html = page.read_text()
+        assert '<section id="symbols">' in html, page.name
+        prose = re.sub(r"<(script|style|svg|head|pre|code|title)\b.*?</\1\s*>", " ", html.split('<section id="symbols">')[0],
+                       flags=re.S)
+        prose = re.sub(r"<a\b[^>]*>.*?</a>", " ", prose, flags=re.S)        # what is linked already
+        prose = re.sub(r"<(h[123]|th|button|option)\b.*?</\1>", " ", prose, flags=re.S)   # headings, column names
+        text = html_lib.unescape(re.sub(r"<[^>]+>", " ", prose))
+        defined = set(re.findall(r'<dt id="sym-(\w+)">', html))
+        for s in SYMBOLS:
+            if re.search(s.pattern, text):
+                assert s.key in defined, (page.name, s.term)
+        for key in defined:
+            first = html.index(f'href="#sym-{key}"')
+            assert first < html.index('<section id="symbols">'), (page.name, key)

@@ -13,6 +13,7 @@ import pandas as pd
 from icl.analyse import claims
 from icl.store.io import read_parquet
 from icl.jobs.provenance import code_version
+from icl.report.glossary import with_symbols
 from icl.report.html import TEMPLATES, write_text
 
 
@@ -51,4 +52,4 @@ def render_index(experiments: dict, results: str, out_path: str) -> None:
     entries = [index_entry(n, e.get("description", ""), os.path.join(results, n)) for n, e in experiments.items()]
     html = TEMPLATES.get_template("index.html.j2").render(
         experiments=entries, version=code_version(), generated=dt.datetime.now().isoformat(timespec="seconds"))
-    write_text(out_path, html)
+    write_text(out_path, with_symbols(html))      # every symbol defined at its first use

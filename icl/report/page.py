@@ -28,6 +28,7 @@ from icl.report.curves import (attention_maps_figure, attention_scores_figure, a
 from icl.report.figures import Figure, draw_all, later, palette, report_layout, thumbnail
 from icl.store.files import atomic_path
 from icl.store.io import LONG_SCHEMAS, read_parquet
+from icl.report.glossary import with_symbols
 from icl.report.html import TEMPLATES, write_text
 from icl.report.index import verdict_counts
 from icl.jobs.provenance import code_hash, code_version, package_versions
@@ -262,7 +263,7 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
     write_text(os.path.join(results_dir, "headline.json"),
                json.dumps({"models": head["models"], "learning": head["learning"], "finding": head["finding"]},
                           indent=1, ensure_ascii=False))
-    write_text(out_path, html)
+    write_text(out_path, with_symbols(html))      # every symbol defined at its first use
 
 
 def headline(experiment: str, exp: dict, tabs: dict, verdicts: pd.DataFrame, ldl: bool,

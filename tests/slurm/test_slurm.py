@@ -340,3 +340,33 @@ def test_failures_are_reported_retried_and_a_rerun_resumes(cluster, tmp_path_fac
     import torch
     if not torch.cuda.is_available():    # a node without GPU trains on CPU
         assert set(pd.read_parquet(wd / "results/ci/summary.parquet")["device"]) == {"cpu"}
+
+
+@pytest.mark.slow     # about 3 minutes: SLURM's time limits are whole minutes
+def test_a_shard_longer_than_its_time_limit_completes_across_retries(cluster, tmp_path_factory):
+    """Issue 64.3: a training job with a 1-minute limit (`--set-resources train:runtime=1`, sbatch -t 1)
+    and about 100 s of work. SLURM stops it at its limit (TIMEOUT: SIGTERM, then SIGKILL after
+    KillWait); the trainer checkpoints at the epoch it is in and exits; each retry resumes there, and
+    the shard completes within the retries (`--retries 3`, the profile's) instead of failing each
+    time. The work is sized from the local run's own speed on this machine (its transformer_block
+    shard's elapsed time for 4000 epochs), so a fast or a slow day still needs two attempts."""
+    import re
+    cut = next(p for p in (cluster.local_wd / "logs/ci/train").glob("transformer_block-*.log"))
+    elapsed = float(re.findall(r"([\d.]+)s elapsed", cut.read_text())[-1])
+    epochs = max(8000, int(4000 * 100 / max(elapsed, 0.1)) // 1000 * 1000)    # ~100 s: two attempts
+    cfg = json.loads(json.dumps(CI_EXPERIMENT))
+    exp = cfg["experiments"]["ci"]
+    exp["models"] = [m for m in exp["models"] if m["kind"] == "transformer_block"]
+    exp["train"] = {"epochs": epochs, "log_every": epochs // 40, "checkpoint_every": epochs // 40}
+    wd = tmp_path_factory.mktemp("timelimit")
+    (wd / "ci.yaml").write_text(yaml.safe_dump(cfg))
+    res = run_snakemake(wd, "--until", "train", "--retries", "3", "--set-resources", "train:runtime=1", limit=900)
+    out = res.stdout + res.stderr
+    shard = next(p.stem for p in (wd / "results/ci/shards").glob("*.npz")) if res.returncode == 0 else None
+    assert res.returncode == 0 and shard, f"{epochs} epochs (the local run: 4000 in {elapsed} s)\n" + out[-6000:]
+    acct = subprocess.run(["sacct", "-X", "-n", "-P", "-a", "-o", "JobIDRaw,State,Comment"],
+                          capture_output=True, text=True, timeout=30).stdout
+    states = [s for _, s, c in (line.split("|") for line in acct.splitlines()) if c == f"rule_train_wildcards_ci_{shard}"]
+    assert states.count("TIMEOUT") >= 1 and states[-1] == "COMPLETED", (states, epochs, elapsed)
+    log = (wd / f"logs/ci/train/{shard}.log").read_text()       # the last attempt's
+    assert "resuming from checkpoint at epoch" in log, log[-3000:]
