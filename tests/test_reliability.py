@@ -77,6 +77,9 @@ def test_rerun_in_fresh_directory_is_bit_identical(reference, tmp_path):
     _assert_same(_tables(reference), _tables(tmp_path))
 
 
+@pytest.mark.slow      # 47 s of make test's work; the quick suite keeps a SIGKILL resumed bit for bit in
+                       # test_a_training_job_killed_by_the_kernel_… (one job) and the workflow's own resume
+                       # in test_a_damaged_shard_… (to equal tables); CI runs this one
 def test_sigkill_mid_training_then_resume(reference, tmp_path):
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(LONG))
     proc = subprocess.Popen(_cmd(tmp_path, *TARGETS), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
