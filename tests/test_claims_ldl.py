@@ -755,9 +755,9 @@ def test_diverged_and_unstable_runs_are_counted_in_the_measurement():
 
 
 def test_domain_names_the_broken_assumption():
-    assert "δ = sqrt(20K/N) = 0.89 ≥ min p_k = 0.25" in C.domain(runs())
+    assert "δ = 0.89 ≥ min p_k = 0.25" in C.domain(runs())
     skewed = runs().assign(N=2000, probs="[0.4, 0.3, 0.2, 0.1]")
-    assert "δ = sqrt(20K/N) = 0.20 ≥ min p_k = 0.10 (K=4, N=2000)" in C.domain(skewed)
+    assert "δ = 0.20 ≥ min p_k = 0.10 (K = 4, N = 2000)" in C.domain(skewed)
     big = runs().assign(N=2000)
     assert C.domain(big) == "" and "K = 4 < 1/ε = 10" in C.domain(big, eps=0.1)
 
@@ -818,10 +818,13 @@ def test_eq4_is_flagged_where_the_label_gap_saturates_and_the_L_claims_leave_tho
     df["eq4_ratio"] = [ldl.cosine_eq4_ratio(L, D, 15) for L in df["L"]]
     assert df["eq4_ratio"].min() > 0.75 and "Eq. 4" not in C.domain(df)
     sat = df.assign(eq4_ratio=np.where(df["L"] >= 2.0, 0.3, df["eq4_ratio"]))
-    assert "Eq. 4 fails at L = 2 (Δ = 3)" in C.domain(sat)
+    assert "Eq. 4 at L = 2 (Δ = 3)" in C.domain(sat)
     rows = C.verdicts(tables_for(sat), "m")
     lrows = [r for r in rows if r["claim_id"] in C.L_CLAIMS]
-    assert lrows and all("Eq. 4 fails at L = 2" in r["domain"] for r in lrows)
+    assert lrows and all("Eq. 4 at L = 2" in r["domain"] for r in lrows)
+    # the setting's one statement says it in full, once, for every row of the setting
+    assert all("Eq. 4 (label gap = Θ(L)Δ) fails at L = 2 (Δ = 3): the gap per unit LΔ is 0.30" in r["setting_hypotheses"]
+               for r in lrows)
     assert all("3 runs outside Eq. 4's domain left out" in r["measurement"] for r in lrows)
     rows = C.verdicts(tables_for(df.assign(eq4_ratio=0.3)), "m")
     lrows = [r for r in rows if r["claim_id"] in C.L_CLAIMS]
@@ -978,8 +981,11 @@ def test_prop1_is_judged_on_runs_at_its_precondition_and_another_model_is_an_ext
 def test_every_row_names_the_hypotheses_its_setting_breaks():
     """Issue 35 items 5, 7: δ ≥ p_k makes Eq. 9's lower bound vacuous (not an empty set), and K < 1/ε
     at the claims' ε = 0.1 and N < K³ are named in the domain of every row of the setting."""
+    from icl.analyse.claims.ldl.hypotheses import setting_statement
     r = one(C.attention_to_one(setting(runs())))
-    assert "vacuous" in r["domain"] and "empty" not in r["domain"]
+    assert "δ = 0.89 ≥ min p_k = 0.25" in r["domain"]           # in short; the setting's statement in full:
+    said = setting_statement(runs())
+    assert "fails (0.28×): Eq. 9's lower bound (p_k − δ)N ≤ 0 is vacuous" in said and "empty" not in said
     assert "K = 4 < 1/ε = 10" in r["domain"] and "N = 100 < K³ = 64" not in r["domain"]
     small = runs().assign(N=50)
     assert "N = 50 < K³ = 64" in one(C.attention_to_one(setting(small)))["domain"]

@@ -207,3 +207,34 @@ def test_beta_on_the_balanced_flow_is_an_observation(K, law, rate):
 def one(rows):
     assert len(rows) == 1, rows
     return rows[0]
+
+
+def test_one_statement_per_setting_with_each_hypothesis_met_or_failing():
+    """Issue 62.3: the setting's one statement, which the page shows once and every row refers to:
+    K = 4 admits ε ≥ ¼ (a claim at ε = 0.1 is outside); N = 2000 meets N ≥ K³ (31.2×) and δ = 0.2 <
+    ¼ (1.25×); Eq. 4 fails at L = 2, 3 (Δ = 6) where the ratio is 0.3, and those L are named."""
+    from icl.analyse.claims.ldl.hypotheses import setting_statement
+    df = runs(Ls=(0.5, 2.0, 3.0)).assign(N=2000, delta=6.0, mf_step=0.3)
+    df["eq4_ratio"] = np.where(df["L"] >= 2, 0.3, 0.9)
+    said = setting_statement(df)
+    assert said.startswith("K ≥ 1/ε: met for accuracies ε ≥ 1/K = 0.25 (K = 4), so a claim read at ε = 0.1 is outside;")
+    assert "N ≥ K³: N = 2000, K³ = 64, met (31.2×)" in said
+    assert "δ < min p_k: δ = sqrt(20K/N) = 0.2, min p_k = 0.25, met (1.25×)" in said
+    assert "Eq. 4 (label gap = Θ(L)Δ) fails at L = 2, 3 (Δ = 6): the gap per unit LΔ is 0.30" in said
+    # K = 12, every L inside Eq. 4: inside at ε = 0.1, nothing fails
+    ok = setting_statement(df.assign(K=12, N=200_000, eq4_ratio=0.9))
+    assert "so a claim read at ε = 0.1 is inside" in ok and "fails" not in ok
+    assert setting_statement(df.assign(K=np.nan)) == ""
+
+
+def test_a_description_that_says_inside_is_held_to_the_statements():
+    """A page whose description says 'inside the theorems' hypotheses' while a setting's statement
+    says one fails is flagged (the report lists it with its prose problems); the same description
+    qualified, or settings inside, are not."""
+    from icl.report.prose import against_hypotheses
+    said = [("delta=3, N=1600", "K ≥ 1/ε: met for accuracies ε ≥ 1/K = 0.25 (K = 4), so a claim read at ε = 0.1 is "
+                                "outside; N ≥ K³: N = 1600, K³ = 64, met (25×)")]
+    (p,) = against_hypotheses("Phase diagram inside the theorems' hypotheses (K = 4)", said)
+    assert "at delta=3, N=1600 K ≥ 1/ε fails" in p
+    assert against_hypotheses("Phase diagram inside the theorems' hypotheses on N (K = 4)", said) == []
+    assert against_hypotheses("Phase diagram inside the theorems' hypotheses", [("x", "N ≥ K³: met (25×)")]) == []

@@ -143,6 +143,15 @@ def _common_domain(rows: pd.DataFrame) -> str:
     return d.mode().iloc[0] if len(d) else ""
 
 
+def setting_statements(rows: pd.DataFrame) -> list[tuple[str, str]]:
+    """(setting, its statement of the theorems' hypotheses), once per setting, in the rows' order:
+    what every row, banner and figure of the setting refers to (analyse's setting_hypotheses)."""
+    if "setting_hypotheses" not in rows:
+        return []
+    said = rows[rows["setting_hypotheses"].fillna("") != ""]
+    return list(dict.fromkeys(zip(said["setting"].fillna("").astype(str), said["setting_hypotheses"].astype(str))))
+
+
 BAND_CHOICES = ("band half as wide", "band half again as wide")
 
 
@@ -234,6 +243,8 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
     tim = benchmark_table(benchmarks or [])
     head = headline(experiment, exp, tabs, verdicts, ldl, paper)
     layout += [f"prose: {p}" for p in prose.check(headline_sentences(head))]      # a reader's stumbles, said
+    layout += [f"prose: {p}" for m, g in verdicts.groupby("model", sort=False)
+               for p in prose.against_hypotheses(exp.get("description", ""), setting_statements(g))]
     swept = swept_columns(runs)
     html = TEMPLATES.get_template("report.html.j2").render(
         experiment=experiment, description=exp.get("description", ""), sections=sections,
@@ -243,7 +254,8 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
         headline=head, grid=report_headline.verdict_grid(verdicts),
         evidence=[e for e in evidence if e["figure"]], evidence_links=report_evidence.links(evidence),
         verdict_groups=[(m, g[g["scope"] == "setting"].to_dict("records"), _common_domain(g),
-                         g[g["scope"] == "run"].to_dict("records")) for m, g in verdicts.groupby("model", sort=False)],
+                         g[g["scope"] == "run"].to_dict("records"), setting_statements(g))
+                        for m, g in verdicts.groupby("model", sort=False)],
         summary=summ.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="—", classes="tbl runs"),
         regimes_table=report_ldl.regimes_by_model_table(tabs) if ldl else "",
         phase_note=report_ldl.phase_note(tabs, verdicts) if ldl else "",

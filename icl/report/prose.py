@@ -45,3 +45,21 @@ def problems(sentence: str) -> list[str]:
 def check(sentences: list[str]) -> list[str]:
     """Every problem of a list of sentences, each named with the sentence it is in."""
     return [p for s in sentences for p in problems(s)]
+
+
+INSIDE = re.compile(r"\binside (?:the theorems'|LDL's|its) hypotheses\b(?! on)")
+
+
+def against_hypotheses(description: str, statements: list[tuple[str, str]]) -> list[str]:
+    """Where an experiment's description says its runs are inside the theorems' hypotheses and a
+    setting's statement (analyse's setting_hypotheses) says one fails: the page would contradict
+    itself (issue 62.3). One line per such setting, naming what fails."""
+    if not INSIDE.search(description):
+        return []
+    out = []
+    for setting, said in statements:
+        fails = [re.match(r"(.*?)(?::| fails)", p).group(1) for p in said.split("; ") if " fails" in p or " is outside" in p]
+        if fails:
+            out.append(f"the description says 'inside the theorems' hypotheses', but at {setting or 'its runs'} "
+                       f"{', '.join(fails)} {'fails' if len(fails) == 1 else 'fail'}")
+    return out

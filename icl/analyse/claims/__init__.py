@@ -40,7 +40,9 @@ CLAIMS = {
 
 COLUMNS = ["experiment", "claim_id", "model", "group", "claim", "prediction", "measurement", "value", "ci_lo",
            "ci_hi", "verdict", "reason", "domain", "fragile", "scope", "flow_value", "flow_lo", "flow_hi", "against",
-           "hypotheses"]
+           "hypotheses", "setting", "setting_hypotheses"]
+# `setting`, `setting_hypotheses`: the setting a row of LDL's claims belongs to and the theorems' hypotheses
+# there, one statement per setting (icl.analyse.claims.ldl.hypotheses.setting_statement); empty elsewhere
 # `hypotheses`, on a row of LDL's theorems and propositions: each hypothesis at the setting with unit
 # constants, met or not and by how far (icl.analyse.claims.ldl.hypotheses); empty elsewhere
 # `against`, on a row that does not hold where the theory's own dynamics were measured too (icl.analyse.claims.ldl.flow):
@@ -87,7 +89,8 @@ def base_id(claim_id: str) -> str:
 def table(experiment: str, rows: list[dict]) -> pd.DataFrame:
     """The verdict rows of one experiment as results/<exp>/verdicts.parquet holds them."""
     out = pd.DataFrame([{"experiment": experiment, **r} for r in rows], columns=COLUMNS)
-    return out.astype({"against": "string"})
+    out[["setting", "setting_hypotheses"]] = out[["setting", "setting_hypotheses"]].fillna("")
+    return out.astype({"against": "string", "setting": "string", "setting_hypotheses": "string"})
 
 
 def count(n: int, noun: str, plural: str = "") -> str:

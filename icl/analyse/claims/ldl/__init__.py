@@ -43,7 +43,7 @@ from icl.analyse.claims.ldl.faster import faster_with_L
 from icl.analyse.claims.ldl.attention import attention_to_one, offdiag_logits, own_logit_monotone
 from icl.analyse.claims.ldl.flow import with_flow
 from icl.analyse.claims.ldl.flow_domain import flow_beta
-from icl.analyse.claims.ldl.hypotheses import charge
+from icl.analyse.claims.ldl.hypotheses import charge, setting_statement
 from icl.analyse.claims.ldl.identities import domain, on_clock, regime_of, regimes, scale_identity  # noqa: F401  (tests)
 from icl.analyse.claims.ldl.mean_field_flow import mean_field
 from icl.analyse.claims.ldl.phases import phase_boundary, phases_claim, transition_at_Lstar
@@ -78,6 +78,7 @@ def verdicts(tabs: dict, model: str) -> list[dict]:
 
     rows = []
     for lab, g in by_setting(df, cols):
+        start = len(rows)
         s = setting(lab, g)
         rows += robust(flow_beta, setting(lab, g, left_out=False), uses=("band",))   # the flow: whatever the runs did
         if s.runs.empty:                  # every claim of the setting reads not testable, the runs counted
@@ -102,21 +103,33 @@ def verdicts(tabs: dict, model: str) -> list[dict]:
                              *with_flow(robust(transition_at_Lstar, sL), transition_at_Lstar, sL),
                              *with_flow(robust(time_vs_L, sL), time_vs_L, sL),
                              *with_flow(robust(phase_one, sL, uses=("band",)), phase_one, sL)], sL)
+        stated(rows[start:], lab, g)
     for axis in ("delta", "N"):          # L* = 1/(Δδ): the phase boundary against Δ and N, where swept
         if axis in cols:
             for lab, g in by_setting(df, [c for c in cols if c != axis]):
+                start = len(rows)
                 sL, why = inside_eq4(setting(lab, g))
                 rows += charged(robust(phase_boundary, sL, axis), sL) if sL is not None else [setting(lab, g).row(
                     "ldl.transition_at_Lstar", NOT_TESTABLE, group=f"boundary against {'Δ' if axis == 'delta' else axis}", prediction="—",
                     measurement="—", reason=f"every run of this setting is outside Eq. 4's domain: {why}")]
+                stated(rows[start:], lab, g)
     if "K" in cols:                      # Theorem 1 as a bound: its needed constant along K, on the flow inside it
         for lab, g in by_setting(df, [c for c in cols if c != "K"]):
-            rows += robust(bound_along_K, setting(lab, g, left_out=False), uses=("band",))
+            rows += stated(robust(bound_along_K, setting(lab, g, left_out=False), uses=("band",)), lab, g)
     for lab, g in by_setting(df, [c for c in cols if c != "lr"]):      # the learning rate is step size's axis
-        rows += robust(step_size, setting(lab, g, left_out=False), uses=("band",))
+        rows += stated(robust(step_size, setting(lab, g, left_out=False), uses=("band",)), lab, g)
     rows = same_runs_once(clock_once(once(rows, df, cols), df, cols, tabs["theory_curves"]), df, cols, curves)
     order = {c: i for i, c in enumerate(CLAIMS)}
     return sorted(rows, key=lambda r: order[base_id(r["claim_id"])])
+
+
+def stated(rows: list[dict], label: str, runs: pd.DataFrame) -> list[dict]:
+    """`rows` of one setting, each carrying the setting's name and its one statement of the theorems'
+    hypotheses (hypotheses.setting_statement), which the page says once per setting."""
+    said = setting_statement(runs)
+    for r in rows:
+        r["setting"], r["setting_hypotheses"] = label, said
+    return rows
 
 
 def charged(rows: list[dict], s: Setting) -> list[dict]:

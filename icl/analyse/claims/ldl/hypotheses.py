@@ -21,7 +21,7 @@ import pandas as pd
 from icl.analyse.claims import NOT_TESTABLE, base_id, fmt
 from icl.analyse.claims.judge import join
 from icl.analyse.claims.ldl.flow import AGREE, agrees
-from icl.analyse.claims.ldl.identities import regime_of
+from icl.analyse.claims.ldl.identities import eq4_where, regime_of
 from icl.analyse.fits import probs_of
 from icl.analyse.claims.ldl.setting import ATTN_TOL
 from icl.theory import ldl
@@ -70,6 +70,31 @@ def hypotheses(df: pd.DataFrame, eps: float | None) -> list[Hypothesis]:
         st = float(df["mf_step"].astype(float).max())
         out.append(Hypothesis("step", f"η‖v‖⁴λ_max = {st:.3g} ≤ {STEP_MAX:g}", STEP_MAX / st if st > 0 else math.inf))
     return out
+
+
+def setting_statement(df: pd.DataFrame) -> str:
+    """The theorems' hypotheses at one setting's runs, said once for every row, figure and banner of
+    it (issue 62.3): each with its values and met or not at unit constants; K ≥ 1/ε as the accuracies
+    it admits (ε ≥ 1/K), since each claim reads its own ε; Eq. 4 with the runs it leaves out. Empty
+    for runs without discrete features."""
+    if df.empty or "K" not in df or df["K"].isna().any():
+        return ""
+    parts = []
+    for h in hypotheses(df, None):
+        if h.name == "Eq. 4" and h.slack < 1:
+            out = df[(df["eq4_ratio"].astype(float) < ldl.EQ4_MIN).fillna(False)]
+            parts.append(f"Eq. 4 (label gap = Θ(L)Δ) fails at {eq4_where(out)}: the gap per unit LΔ is "
+                         f"{out['eq4_ratio'].astype(float).min():.2f} of its small-LΔ value, below {ldl.EQ4_MIN:g}; "
+                         "the L-claims leave those runs out")
+        else:
+            parts.append(f"{h.name}: {h.values}, {'met' if h.slack >= 1 else 'fails'} ({fmt(h.slack)}×)" + (
+                ": Eq. 9's lower bound (p_k − δ)N ≤ 0 is vacuous, its set admits prompts missing a feature"
+                if h.name == "δ < min p_k" and h.slack < 1 else ""))
+    Ks = sorted({int(k) for k in df["K"]})
+    parts.insert(0, f"K ≥ 1/ε: met for accuracies ε ≥ 1/K = {fmt(1 / Ks[0])}" + (
+        f" (K = {Ks[0]})" if len(Ks) == 1 else f" (K = {Ks[0]}; larger K admit smaller ε)")
+        + f", so a claim read at ε = {ATTN_TOL:g} is {'inside' if Ks[0] * ATTN_TOL >= 1 else 'outside'}")
+    return "; ".join(parts)
 
 
 def inside(hyps: list[Hypothesis], c: float = 1.0) -> bool:

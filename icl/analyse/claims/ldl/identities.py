@@ -105,21 +105,21 @@ def monotone_identity(df: pd.DataFrame) -> str | None:
 
 
 def domain(df: pd.DataFrame, eps: float | None = None) -> str:
-    """Which of the theorems' assumptions these runs break: δ = sqrt(20K/N) below every p_k (else
-    the concentration set E* of Eq. 9 is vacuous: its lower bound (p_k − δ)N ≤ 0), N ≥ K³, for an accuracy ε, K ≥ 1/ε (unit constants), and
-    Eq. 4's label gap |f(v_k) − f(v_k')| = Θ(L)Δ, measured (eq4_outside)."""
+    """Which of the theorems' assumptions these runs break, in short (the setting's statement,
+    hypotheses.setting_statement, says each in full once): δ = sqrt(20K/N) below every p_k, N ≥ K³,
+    for an accuracy ε, K ≥ 1/ε (unit constants), and Eq. 4's label gap |f(v_k) − f(v_k')| = Θ(L)Δ,
+    measured (eq4_outside)."""
     if df.empty:
         return ""
     if df["K"].isna().any():
         return "continuous tokens: the theorems assume discrete features"
-    out = [eq4_text(df[eq4_outside(df)])] if eq4_outside(df).any() else []
+    out = [f"Eq. 4 at {eq4_where(df[eq4_outside(df)])}"] if eq4_outside(df).any() else []
     for (K, N), g in df.groupby(["K", "N"]):
         K, N = int(K), int(N)
         p = probs_of(g)
         dc, pmin = ldl.delta_conc(K, N), float(p.min() / p.sum())
         if dc >= pmin:
-            out.append(f"δ = sqrt(20K/N) = {dc:.2f} ≥ min p_k = {pmin:.2f} (K={K}, N={N}): the concentration set's "
-                       f"lower bound (p_k − δ)N ≤ 0 is vacuous (Eq. 9 admits prompts missing a feature)")
+            out.append(f"δ = {dc:.2f} ≥ min p_k = {pmin:.2f} (K = {K}, N = {N})")
         if N < K ** 3:
             out.append(f"N = {N} < K³ = {K ** 3}")
         if eps is not None and K < 1 / eps:
@@ -137,13 +137,19 @@ def eq4_outside(df: pd.DataFrame) -> pd.Series:
     return (df["eq4_ratio"].astype(float) < ldl.EQ4_MIN).fillna(False)
 
 
+def eq4_where(out: pd.DataFrame) -> str:
+    """'L = 2, 3 (Δ = 6)': the runs outside Eq. 4 (out: those runs), L grouped by Δ."""
+    by = {}
+    for L, D in sorted({(float(a), float(b)) for a, b in zip(out["L"], out["delta"])}, key=lambda x: (x[1], x[0])):
+        by.setdefault(D, []).append(f"{L:g}")
+    return "; ".join(f"L = {', '.join(Ls)} (Δ = {D:g})" for D, Ls in by.items())
+
+
 def eq4_text(out: pd.DataFrame) -> str:
     """The sentence naming the runs outside Eq. 4 (out: those runs)."""
     r = out["eq4_ratio"].astype(float)
-    where = ", ".join(f"L = {L:g} (Δ = {D:g})" for L, D in
-                      sorted({(float(a), float(b)) for a, b in zip(out["L"], out["delta"])}))
-    return (f"Eq. 4 fails at {where}: the label gap per unit LΔ is {r.min():.2f} to {r.max():.2f} of its small-LΔ "
-            f"value, below {ldl.EQ4_MIN:g} (the task's label gap saturates, so L and Δ no longer set it)")
+    return (f"Eq. 4 fails at {eq4_where(out)}: the label gap per unit LΔ is {r.min():.2f} to {r.max():.2f} of its "
+            f"small-LΔ value, below {ldl.EQ4_MIN:g} (the task's label gap saturates, so L and Δ no longer set it)")
 
 
 def gap_L(g: pd.DataFrame) -> np.ndarray:

@@ -9,7 +9,7 @@ import pandas as pd
 from icl.analyse import fits
 from icl.analyse.claims import EXT, NOT_TESTABLE, UNSURE, count, verdict
 from icl.analyse.claims.judge import Band, join
-from icl.analyse.claims.ldl.identities import _of, domain, eq4_outside, eq4_text
+from icl.analyse.claims.ldl.identities import _of, domain, eq4_outside, eq4_text, eq4_where
 from icl.analyse.claims.learned import Gate, below, gate
 
 
@@ -82,7 +82,7 @@ def inside_eq4(s: Setting) -> tuple[Setting | None, str]:
     kept = s.runs[~out]
     note = f"{count(out.sum(), 'run')} outside Eq. 4's domain left out of this L-claim"
     return Setting(s.model, s.label, kept, join(s.left_out, note), s.curves[s.curves["run_id"].isin(kept["run_id"])],
-                   s.theory_curves, join(s.domain_note, why)), why
+                   s.theory_curves, join(s.domain_note, f"Eq. 4 at {eq4_where(s.runs[out])} (left out)")), why
 
 
 def _not_gd(s: Setting, cid: str, group: str = "") -> dict:
