@@ -338,3 +338,25 @@ def test_a_training_job_killed_by_the_kernel_says_so_and_the_same_command_resume
     got = dict(np.load(shard))
     for k in set(ref) - {"seconds"}:
         np.testing.assert_array_equal(got[k], ref[k], err_msg=k)
+
+
+def test_a_stop_signal_to_the_job_alone_reaches_the_training(reference, tmp_path):
+    """A scheduler that signals only the job's own process (not its children): the supervising parent
+    passes SIGTERM on, so the training still checkpoints at its epoch and the job exits with RETRY."""
+    from icl.train.stopping import RETRY
+    wd = _copy_of(reference, tmp_path)
+    shard = next((wd / "results/long/shards").glob("*.npz"))
+    shard.unlink()
+    cmd = [sys.executable, "-m", "icl", "train", "--plan", str(wd / "results/long/plan.json"), "--shard", shard.stem,
+           "--prompts-dir", str(wd / "results/long/prompts"), "--out", str(shard), "--threads", "2"]
+    log = tmp_path / "train.log"
+    with open(log, "w") as err:
+        job = subprocess.Popen(cmd, stderr=err, cwd=REPO)
+        deadline = time.time() + 300
+        while "epoch " not in log.read_text():
+            assert job.poll() is None and time.time() < deadline, log.read_text()[-2000:]
+            time.sleep(0.02)
+        job.send_signal(signal.SIGTERM)                 # the parent only
+        assert job.wait(120) == RETRY, log.read_text()[-2000:]
+    said = log.read_text()
+    assert "stopped by SIGTERM after epoch" in said and Path(str(shard) + ".ckpt").exists(), said[-2000:]

@@ -28,12 +28,10 @@ def in_child(work: Callable[[], None], explain: Callable[[int], str]) -> None:
     for s in PASSED_ON:
         signal.signal(s, lambda signum, frame: _pass_on(pid, signum))
     signal.signal(signal.SIGINT, signal.SIG_IGN)    # Ctrl-C reaches the child with the process group
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except ChildProcessError:                   # reaped already (cannot happen here); say so
-            sys.exit("error: the training process disappeared before its exit status was read")
+    try:
+        _, status = os.waitpid(pid, 0)              # retried across the signals passed on (PEP 475)
+    except ChildProcessError:                       # reaped by someone else: say so, not a traceback
+        sys.exit("error: the training process disappeared before its exit status was read")
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         print(f"error: {explain(sig)}", file=sys.stderr, flush=True)
