@@ -304,3 +304,59 @@ def test_a_worker_killed_by_the_kernel_is_said_to_be_out_of_memory(tiny_plan, mo
     with pytest.raises(RuntimeError, match=r"a training worker was killed, probably out of memory: 2 chunks of at most 1 "
                                            r"runs at once, limit .* GB \(.*\); the finished chunks are kept"):
         train_shard(_members(recs, "softmax_q"), paths, str(tmp / "k.npz"), threads=2)
+
+
+def test_a_slurm_job_stops_on_its_own_ahead_of_its_time_limit(tiny_plan, monkeypatch, capfd):
+    """Issue 64.3: SLURM enforces a time limit up to ~30 s late, so a job that finished just past it
+    is killed while Snakemake records it and loses its shard. Under SLURM the trainer reads its job's
+    end from squeue and stops itself, checkpointed, once the next epoch would end within a tenth of the
+    limit (10 s to 2 min) of it; the rerun resumes to the numbers of a run never stopped."""
+    import subprocess as sp
+    import time as _time
+    import icl.train.loop as T
+    from icl.train import stopping
+    from icl.train.stopping import Stopped
+    # squeue's answer, as SLURM 22.05 prints %S|%e: a 10-minute job ends 600 s after its start: 60 s margin
+    start = _time.time() - 100
+    fmt = lambda t: _time.strftime("%Y-%m-%dT%H:%M:%S", _time.localtime(t))
+    answer = {"out": f"{fmt(start)}|{fmt(start + 600)}\n"}
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setattr(stopping.subprocess, "run", lambda cmd, **k: sp.CompletedProcess(cmd, 0, answer["out"], ""))
+    assert stopping.job_deadline() == pytest.approx(start + 600 - 60, abs=1.01)
+    answer["out"] = f"{fmt(start)}|{fmt(start + 60)}\n"                 # 1 minute: the 10 s floor
+    assert stopping.job_deadline() == pytest.approx(start + 60 - 10, abs=1.01)
+    for bad in ("N/A|N/A\n", "", "2026-11-29T10:00:00|UNLIMITED\n"):
+        answer["out"] = bad
+        assert stopping.job_deadline() is None
+    monkeypatch.delenv("SLURM_JOB_ID")
+    assert stopping.job_deadline() is None                                # not under SLURM
+    # the loop: a deadline that passes as epoch 3 ends
+    recs, paths, tmp = tiny_plan
+    members = _members(recs, "softmax_q")
+    ref = train_shard(members, paths, str(tmp / "ref.npz"))
+    orig = T.Progress.update
+    clock = {"deadline": None}
+
+    def passing(self, done, *a, **k):
+        orig(self, done, *a, **k)
+        if done == 3:
+            clock["deadline"] = _time.time() - 1
+    monkeypatch.setattr(T.Progress, "update", passing)
+    monkeypatch.setattr(T, "job_deadline", lambda: None)
+    real = T.StopRequests
+
+    class Deadlined(real):
+        def due(self, epoch_seconds):
+            self.deadline = clock["deadline"]
+            return super().due(epoch_seconds)
+    monkeypatch.setattr(T, "StopRequests", Deadlined)
+    out = str(tmp / "dl.npz")
+    with pytest.raises(Stopped, match=r"stopped by the job's time limit ahead \(SLURM\) after epoch 3 of \d+: checkpoint saved"):
+        train_shard(members, paths, out)
+    monkeypatch.setattr(T, "StopRequests", real)
+    monkeypatch.setattr(T.Progress, "update", orig)
+    capfd.readouterr()
+    res = train_shard(members, paths, out)
+    assert "resuming from checkpoint at epoch 3" in capfd.readouterr().err
+    for key in set(ref) - {"seconds"}:
+        np.testing.assert_array_equal(res[key], ref[key], err_msg=key)

@@ -20,7 +20,7 @@ import torch
 from icl.train import llc, optim
 
 from icl import models
-from icl.train.stopping import StopRequests, Stopped
+from icl.train.stopping import StopRequests, Stopped, job_deadline
 from icl.train.checkpoints import Checkpoint, chunk_paths, merge_chunks, restore, snapshot
 from icl.data import curriculum_stage, read_datasets, with_tokens
 from icl.train.fresh import STREAM_KIND, FreshPrompts
@@ -380,16 +380,18 @@ def train_ensemble(runs: list[dict], data_paths: dict, out_path: str, dev, threa
     compile_step(sh, dev.type == "cuda" if sh.tr.compile is None else sh.tr.compile, label)
     prog, t0 = Progress(label, sh.epochs), time.time()
     every = sh.tr.checkpoint_every
-    with StopRequests() as stop:
+    with StopRequests(job_deadline()) as stop:
         for epoch in range(sh.start, sh.epochs):
+            t_epoch = time.time()
             sh.train_epoch(epoch)
             done = epoch + 1
             sh.measure_llc(done)
             prog.update(done, sh.start, sh.n_live, len(runs))
-            if (done % every == 0 or stop.signal) and done < sh.epochs:
+            why = stop.due(time.time() - t_epoch)
+            if (done % every == 0 or why) and done < sh.epochs:
                 ckpt.save(snapshot(sh, done, sh.elapsed0 + time.time() - t0))
-            if stop.signal and done < sh.epochs:
-                raise Stopped(f"[{label}] stopped by {stop.signal} after epoch {done} of {sh.epochs}: checkpoint saved "
+            if why and done < sh.epochs:
+                raise Stopped(f"[{label}] stopped by {why} after epoch {done} of {sh.epochs}: checkpoint saved "
                               f"to {ckpt.path}; the same job run again resumes there")
     if sh.epochs in sh.pos:
         sh.log(sh.epochs)                   # the state training ended in
