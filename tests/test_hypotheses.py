@@ -238,3 +238,20 @@ def test_a_description_that_says_inside_is_held_to_the_statements():
     assert "at delta=3, N=1600 K ≥ 1/ε fails" in p
     assert against_hypotheses("Phase diagram inside the theorems' hypotheses on N (K = 4)", said) == []
     assert against_hypotheses("Phase diagram inside the theorems' hypotheses", [("x", "N ≥ K³: met (25×)")]) == []
+
+
+def test_a_setting_over_several_K_is_stated_and_checked_without_breaking_the_page():
+    """ldl_flow_K's settings hold K = 8 to 64: the statement names the smallest K and says larger K
+    admit smaller ε, in one clause (the page splits the statement at '; '); the description check
+    reads it (it broke paper.yaml's smoke report once, on a clause without a colon)."""
+    from icl.analyse.claims.ldl.hypotheses import setting_statement
+    from icl.report.prose import against_hypotheses
+    df = pd.concat([runs().assign(K=k, N=256) for k in (8, 16, 32, 64)], ignore_index=True)
+    said = setting_statement(df)
+    assert said.startswith("K ≥ 1/ε: met for accuracies ε ≥ 1/K = 0.125 (K = 8, larger K admitting smaller ε), "
+                           "so a claim read at ε = 0.1 is outside;")
+    assert "N ≥ K³: N = 256, K³ = 262144, fails" in said
+    (p,) = against_hypotheses("Theorem 1 inside its hypotheses", [("L=2", said)])
+    assert p.endswith("K ≥ 1/ε, N ≥ K³, δ < min p_k fail"), p
+    for bad in ("no colon here fails", "x is outside; y", ""):       # any text: a line or nothing, never an error
+        assert isinstance(against_hypotheses("inside the theorems' hypotheses", [("s", bad)]), list)

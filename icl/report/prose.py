@@ -58,7 +58,7 @@ def against_hypotheses(description: str, statements: list[tuple[str, str]]) -> l
         return []
     out = []
     for setting, said in statements:
-        fails = [re.match(r"(.*?)(?::| fails)", p).group(1) for p in said.split("; ") if " fails" in p or " is outside" in p]
+        fails = [re.split(r": | fails", p, maxsplit=1)[0] for p in said.split("; ") if " fails" in p or " is outside" in p]
         if fails:
             out.append(f"the description says 'inside the theorems' hypotheses', but at {setting or 'its runs'} "
                        f"{', '.join(fails)} {'fails' if len(fails) == 1 else 'fail'}")

@@ -92,7 +92,7 @@ def setting_statement(df: pd.DataFrame) -> str:
                 if h.name == "δ < min p_k" and h.slack < 1 else ""))
     Ks = sorted({int(k) for k in df["K"]})
     parts.insert(0, f"K ≥ 1/ε: met for accuracies ε ≥ 1/K = {fmt(1 / Ks[0])}" + (
-        f" (K = {Ks[0]})" if len(Ks) == 1 else f" (K = {Ks[0]}; larger K admit smaller ε)")
+        f" (K = {Ks[0]})" if len(Ks) == 1 else f" (K = {Ks[0]}, larger K admitting smaller ε)")
         + f", so a claim read at ε = {ATTN_TOL:g} is {'inside' if Ks[0] * ATTN_TOL >= 1 else 'outside'}")
     return "; ".join(parts)
 
