@@ -207,6 +207,23 @@ def _copy_of(reference, tmp_path):
     return tmp_path
 
 
+def _train_cmd(wd, shard, *extra) -> list[str]:
+    """`icl train` of one shard of a copy of the reference, as the train rule runs it."""
+    return [sys.executable, "-m", "icl", "train", "--plan", str(wd / "results/long/plan.json"), "--shard", shard.stem,
+            "--prompts-dir", str(wd / "results/long/prompts"), "--out", str(shard), "--threads", "2", *extra]
+
+
+def _training(cmd, log):
+    """`cmd` started with its stderr in `log`, returned once it has logged an epoch."""
+    with open(log, "w") as err:
+        job = subprocess.Popen(cmd, stderr=err, cwd=REPO)
+    deadline = time.time() + 300
+    while "epoch " not in log.read_text():
+        assert job.poll() is None and time.time() < deadline, log.read_text()[-2000:]
+        time.sleep(0.02)
+    return job
+
+
 def _mount_tmpfs(where: Path, size: str) -> bool:
     where.mkdir()
     return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
@@ -292,10 +309,7 @@ def test_two_trainers_on_one_shard_leave_it_whole(reference, tmp_path):
     shard = next((wd / "results/long/shards").glob("*.npz"))
     ref = dict(np.load(shard))
     shard.unlink()
-    plan = wd / "results/long/plan.json"
-    name = shard.stem
-    cmd = [sys.executable, "-m", "icl", "train", "--plan", str(plan), "--shard", name,
-           "--prompts-dir", str(wd / "results/long/prompts"), "--out", str(shard), "--threads", "2"]   # as the rule
+    cmd = _train_cmd(wd, shard)
     jobs = [subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=REPO) for _ in range(2)]
     errs = [j.communicate(timeout=300)[1] for j in jobs]
     assert [j.returncode for j in jobs] == [0, 0], errs
@@ -315,19 +329,13 @@ def test_a_training_job_killed_by_the_kernel_says_so_and_the_same_command_resume
     shard = next((wd / "results/long/shards").glob("*.npz"))
     ref = dict(np.load(shard))
     shard.unlink()
-    cmd = [sys.executable, "-m", "icl", "train", "--plan", str(wd / "results/long/plan.json"), "--shard", shard.stem,
-           "--prompts-dir", str(wd / "results/long/prompts"), "--out", str(shard), "--threads", "2", "--mem-mb", "3000"]
+    cmd = _train_cmd(wd, shard, "--mem-mb", "3000")
     log = tmp_path / "train.log"
-    with open(log, "w") as err:
-        job = subprocess.Popen(cmd, stderr=err, cwd=REPO)
-        deadline = time.time() + 300
-        while "epoch " not in log.read_text():
-            assert job.poll() is None and time.time() < deadline, log.read_text()[-2000:]
-            time.sleep(0.02)
-        children = Path(f"/proc/{job.pid}/task/{job.pid}/children").read_text().split()
-        assert len(children) == 1, children           # the job's work is one child process
-        os.kill(int(children[0]), signal.SIGKILL)
-        assert job.wait(120) == 128 + signal.SIGKILL
+    job = _training(cmd, log)
+    children = Path(f"/proc/{job.pid}/task/{job.pid}/children").read_text().split()
+    assert len(children) == 1, children           # the job's work is one child process
+    os.kill(int(children[0]), signal.SIGKILL)
+    assert job.wait(120) == 128 + signal.SIGKILL
     said = log.read_text().strip().splitlines()[-1]
     assert said.startswith(f"error: [{shard.stem}] the training process was killed (SIGKILL), probably out of "
                            "memory (estimate "), said
@@ -347,16 +355,9 @@ def test_a_stop_signal_to_the_job_alone_reaches_the_training(reference, tmp_path
     wd = _copy_of(reference, tmp_path)
     shard = next((wd / "results/long/shards").glob("*.npz"))
     shard.unlink()
-    cmd = [sys.executable, "-m", "icl", "train", "--plan", str(wd / "results/long/plan.json"), "--shard", shard.stem,
-           "--prompts-dir", str(wd / "results/long/prompts"), "--out", str(shard), "--threads", "2"]
     log = tmp_path / "train.log"
-    with open(log, "w") as err:
-        job = subprocess.Popen(cmd, stderr=err, cwd=REPO)
-        deadline = time.time() + 300
-        while "epoch " not in log.read_text():
-            assert job.poll() is None and time.time() < deadline, log.read_text()[-2000:]
-            time.sleep(0.02)
-        job.send_signal(signal.SIGTERM)                 # the parent only
-        assert job.wait(120) == RETRY, log.read_text()[-2000:]
+    job = _training(_train_cmd(wd, shard), log)
+    job.send_signal(signal.SIGTERM)                 # the parent only
+    assert job.wait(120) == RETRY, log.read_text()[-2000:]
     said = log.read_text()
     assert "stopped by SIGTERM after epoch" in said and Path(str(shard) + ".ckpt").exists(), said[-2000:]

@@ -243,8 +243,9 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
     tim = benchmark_table(benchmarks or [])
     head = headline(experiment, exp, tabs, verdicts, ldl, paper)
     layout += [f"prose: {p}" for p in prose.check(headline_sentences(head))]      # a reader's stumbles, said
-    layout += [f"prose: {p}" for m, g in verdicts.groupby("model", sort=False)
-               for p in prose.against_hypotheses(exp.get("description", ""), setting_statements(g))]
+    statements = {m: setting_statements(g) for m, g in verdicts.groupby("model", sort=False)}
+    layout += [f"prose: {p}" for said in statements.values()
+               for p in prose.against_hypotheses(exp.get("description", ""), said)]
     swept = swept_columns(runs)
     html = TEMPLATES.get_template("report.html.j2").render(
         experiment=experiment, description=exp.get("description", ""), sections=sections,
@@ -254,7 +255,7 @@ def render(experiment: str, exp: dict, results_dir: str, out_path: str, processe
         headline=head, grid=report_headline.verdict_grid(verdicts),
         evidence=[e for e in evidence if e["figure"]], evidence_links=report_evidence.links(evidence),
         verdict_groups=[(m, g[g["scope"] == "setting"].to_dict("records"), _common_domain(g),
-                         g[g["scope"] == "run"].to_dict("records"), setting_statements(g))
+                         g[g["scope"] == "run"].to_dict("records"), statements[m])
                         for m, g in verdicts.groupby("model", sort=False)],
         summary=summ.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="—", classes="tbl runs"),
         regimes_table=report_ldl.regimes_by_model_table(tabs) if ldl else "",

@@ -282,6 +282,11 @@ def chunk_size(runs: list[dict], dev) -> int:
     return kind.ensemble_cap(spec) or len(runs)
 
 
+def per_run_bytes(runs: list[dict]) -> int:
+    """One run's estimated memory in a training ensemble of these runs (the kind's Model.train_bytes)."""
+    return max(1, models.MODELS[runs[0]["spec"]["model"]["kind"]].train_bytes(runs[0]["spec"]))
+
+
 def fitting(runs: list[dict], size: int, mem_mb: int | None, label: str) -> int:
     """`size` cut to the runs that fit in the memory this CPU job has (icl.jobs.memory.limit, less
     what the process holds already, at the kind's estimate a run, Model.train_bytes); a shard of
@@ -290,7 +295,7 @@ def fitting(runs: list[dict], size: int, mem_mb: int | None, label: str) -> int:
     total, what = memory.limit(mem_mb)
     if total is None:
         return size
-    per_run = max(1, models.MODELS[runs[0]["spec"]["model"]["kind"]].train_bytes(runs[0]["spec"]))
+    per_run = per_run_bytes(runs)
     room = total - memory.resident()
     fit = int(room // per_run)
     if fit < 1:
@@ -306,7 +311,7 @@ def fitting(runs: list[dict], size: int, mem_mb: int | None, label: str) -> int:
 def memory_words(runs: list[dict], mem_mb: int | None) -> tuple[str, str]:
     """(the estimated memory of the runs a CPU job trains at once, the job's limit) in words, for the
     line that reports a job the kernel killed (icl.jobs.supervise)."""
-    per_run = max(1, models.MODELS[runs[0]["spec"]["model"]["kind"]].train_bytes(runs[0]["spec"]))
+    per_run = per_run_bytes(runs)
     at_once = min(len(runs), chunk_size(runs, torch.device("cpu")))
     total, what = memory.limit(mem_mb)
     return (f"{memory.gb(per_run * at_once)} for {at_once} runs at once",
