@@ -1,8 +1,8 @@
 """The phase counter (icl/tables/phases.py, summary.parquet's n_phases) on the theory's own curves: what
 it counts, per model or curve, in LDL's flat and sharp regimes. Prints the confusion table
 (model/curve × regime → the counts of phases over L and seeds) that docs/claims.md
-quotes. No verdict reads it: the claims measure the counter's power per setting on the traces
-Props. 2-4 predict for that setting's runs (icl.analyse.claims.ldl.phase_power).
+quotes. No verdict reads it: the claims measure the counter's power per setting on the flow of
+each run's own sampled counts (icl.analyse.claims.ldl.phase_power).
 
 The settings are the default config's (d = 15, K = 4, N = 100, Δ = 3, so L* = 1/(Δδ) = 0.373):
 - the cosine at one frequency c = 0.5 (ldl_cosine, LDL §6): softmax_q by GD at lr 5, the block by
@@ -10,9 +10,11 @@ The settings are the default config's (d = 15, K = 4, N = 100, Δ = 3, so L* = 1
 - the shape family c = L (ldl_phase_diagram), softmax_q by GD with lr_rule: clock (lr 0.8 at
   Δ = 3, L = c = 1), the same L;
 - the mean-field flow of both (icl.theory.ldl: Lemma 2 with balanced counts, no free constant) at
-  the same η and epochs, counted by the same function on the same window (icl.tables.measures.phase_counts:
-  from epoch 0 until the loss falls to 10⁻³ of uniform attention's).
-Every run is counted on its every-epoch trace, as the pipeline does (icl.tables.measures.summary_table).
+  the same η and epochs, fitted by the same function on the same window (icl.tables.measures.phase_fits:
+  from epoch 0 until the loss falls to 10⁻³ of uniform attention's) and counted within the trained
+  runs' seeds' spread at the same L.
+Every run is counted on its every-epoch trace as the pipeline does (icl.tables.measures.summary_table,
+then phases_over_seeds: the fewest laws that fit it within its seeds' spread).
 
     .venv/bin/python benchmarks/phase_counter.py          # ~1 minute on one core
 """
@@ -25,12 +27,15 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from icl.config import validate                       # noqa: E402
 from icl.data import ensure_datasets, feature_probs, features   # noqa: E402
-from icl.tables.measures import phase_counts, summary_table  # noqa: E402
+from icl.tables.build import run_row                          # noqa: E402
+from icl.tables.measures import phase_fits, phases_over_seeds, summary_table  # noqa: E402
+from icl.tables.phases import choose                          # noqa: E402
 from icl.plan.shards import plan                             # noqa: E402
 from icl.theory import ldl                            # noqa: E402
 from icl.train.loop import train_shard                     # noqa: E402
@@ -62,24 +67,27 @@ def regime(L: float) -> str:
     return "flat" if L <= ldl.L_star(BASE["tokens"]["K"], BASE["prompts"]["N"], BASE["tokens"]["delta"]) else "sharp"
 
 
-def trained_counts(exp: dict, work: str) -> list[tuple[str, float, int | None]]:
-    """(regime, L, n_phases) of every run of the experiment, trained here on the CPU."""
+def trained_counts(exp: dict, work: str) -> tuple[list[tuple[str, float, int | None]], dict[float, float]]:
+    """(regime, L, n_phases) of every run of the experiment, trained here on the CPU, and the
+    median seeds' spread per L (what the flow is counted within)."""
     cfg = validate({"experiments": {"x": exp}})
     recs = [{"run_id": r.run_id, "data_id": r.data_id, "shard": r.shard, "spec": r.spec} for r in plan(cfg, "x")]
-    out = []
+    summaries = []
     for shard in sorted({r["shard"] for r in recs}):
         mine = [r for r in recs if r["shard"] == shard]
         paths = ensure_datasets(mine, f"{work}/prompts")
-        summ = summary_table(train_shard(mine, paths, f"{work}/{shard}.npz", device="cpu", threads=1, label=shard))
-        L = {r["run_id"]: r["spec"]["task"]["L"] for r in mine}
-        for rid, n in zip(summ["run_id"], summ["n_phases"]):
-            out.append((regime(L[rid]), L[rid], None if n is None or n is np.nan or str(n) == "<NA>" else int(n)))
-    return out
+        summaries.append(summary_table(train_shard(mine, paths, f"{work}/{shard}.npz", device="cpu", threads=1, label=shard)))
+    summ = phases_over_seeds(pd.concat(summaries, ignore_index=True), pd.DataFrame([run_row(r) for r in recs]))
+    L = {r["run_id"]: r["spec"]["task"]["L"] for r in recs}
+    out = [(regime(L[rid]), L[rid], None if pd.isna(n) else int(n)) for rid, n in zip(summ["run_id"], summ["n_phases"])]
+    spreads = summ.assign(L=summ["run_id"].map(L)).groupby("L")["phase_spread"].median().to_dict()
+    return out, spreads
 
 
-def mean_field_counts(exp: dict) -> list[tuple[str, float, int | None]]:
+def mean_field_counts(exp: dict, within: dict[float, float]) -> list[tuple[str, float, int | None]]:
     """(regime, L, n_phases) of the mean-field flow at each L (one curve: no seeds), at the step
-    each run of the experiment trains with (its plan's lr), counted as a run is."""
+    each run of the experiment trains with (its plan's lr), fitted as a run is and counted within
+    `within[L]` (the trained runs' seeds' spread at that L)."""
     cfg = validate({"experiments": {"x": exp}})
     out, seen = [], set()
     for r in plan(cfg, "x"):
@@ -93,8 +101,8 @@ def mean_field_counts(exp: dict) -> list[tuple[str, float, int | None]]:
         loss, attn = ldl.mean_field_curve_cov(V, feature_probs(s["tokens"]), C, s["model"]["lr"], s["train"]["epochs"])
         own = np.array([np.mean(np.diag(a)) for a in attn])
         t = np.arange(len(loss), dtype=float)
-        found = phase_counts(loss[None], own[None], t, np.array([loss[0]]))[0]   # loss₀ = uniform attention's
-        out.append((regime(L), L, found.n if found else None))
+        fits, _ = phase_fits(loss[None], own[None], t, np.array([loss[0]]))[0]   # loss₀ = uniform attention's
+        out.append((regime(L), L, choose(fits.rms, within[L])))
     return out
 
 
@@ -106,7 +114,7 @@ def table(results: dict[str, list]) -> str:
         cells = []
         for rg in ("flat", "sharp"):
             n = collections.Counter("irregular" if k is None else k for r, _, k in rows if r == rg)
-            cells.append(", ".join(f"{k} phases: {v}" if k != "irregular" else f"irregular: {v}"
+            cells.append(", ".join(f"{k} phase{'' if k == 1 else 's'}: {v}" if k != "irregular" else f"irregular: {v}"
                                    for k, v in sorted(n.items(), key=lambda kv: str(kv[0]))))
         lines.append(f"| {name} | {cells[0]} | {cells[1]} | {'yes' if separates(rows) else 'no'} |")
     return "\n".join(lines)
@@ -120,13 +128,13 @@ def separates(rows) -> bool:
 
 
 def main() -> None:
-    results = {}
-    for name, (model, c) in CASES.items():
-        if model["kind"] == "softmax_q":
-            results[f"mean-field flow, {name.split(', ', 1)[1]}"] = mean_field_counts(experiment(model, c))
+    results, flows = {}, {}
     with tempfile.TemporaryDirectory() as work:
         for name, (model, c) in CASES.items():
-            results[name] = trained_counts(experiment(model, c), work)
+            results[name], spreads = trained_counts(experiment(model, c), work)
+            if model["kind"] == "softmax_q":
+                flows[f"mean-field flow, {name.split(', ', 1)[1]}"] = mean_field_counts(experiment(model, c), spreads)
+    results = {**flows, **results}
     print(table(results))
     for name, rows in results.items():
         print(f"{name}: " + "; ".join(f"L={L:g} ({rg}): {k}" for rg, L, k in sorted(rows, key=lambda r: r[1])))

@@ -125,14 +125,14 @@ def cmd_theory(args) -> None:
     from icl.jobs.provenance import stamp
     from icl.store.io import write_parquet
     from icl.models import kinds
-    from icl.theory.table import curve_rows, flow_crossing_rows, ldl_rows, lsa_rows, mean_field_flows
+    from icl.theory.table import curve_rows, flow_rows, ldl_rows, lsa_rows, mean_field_flows
     pl = read_plan(args.plan)
     meta = stamp(pl["config_hash"])
     flat_max_L = (pl["config"].get("report") or {}).get("flat_max_L")
     mean_field = kinds("mean_field")
     flows = mean_field_flows(pl["runs"], mean_field, args.flows)
     theory = ldl_rows(pl["runs"], flat_max_L, mean_field).merge(lsa_rows(pl["runs"]), on="run_id")
-    write_parquet(theory.merge(flow_crossing_rows(flows), on="run_id", how="left"), args.out, meta)
+    write_parquet(theory.merge(flow_rows(flows), on="run_id", how="left"), args.out, meta)
     write_parquet(curve_rows(flows), args.curves, meta)
 
 

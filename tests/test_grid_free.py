@@ -12,7 +12,7 @@ from icl.analyse import claims
 from icl.analyse.claims import ldl as claims_ldl
 from icl.config import validate
 from icl.data import ensure_datasets
-from icl.tables.measures import summary_table
+from icl.tables.measures import phases_over_seeds, summary_table
 from icl.plan.shards import plan
 from icl.tables.build import runs_table
 from icl.models import kinds
@@ -39,8 +39,8 @@ def train_at(every: int, tmp_path):
     recs = [{"run_id": r.run_id, "data_id": r.data_id, "shard": r.shard, "spec": r.spec} for r in runs]
     paths = ensure_datasets(recs, str(tmp_path / "prompts"))
     sh = train_shard(recs, paths, str(tmp_path / f"every{every}.npz"))
-    summ = summary_table(sh)
     table = runs_table(recs, "g", "h")
+    summ = phases_over_seeds(summary_table(sh), table)
     key = table[["run_id", "L", "seed"]]
     summ = key.merge(summ, on="run_id").sort_values(["L", "seed"]).reset_index(drop=True)
     empty = pd.DataFrame({"run_id": pd.Series(dtype=str), "epoch": pd.Series(dtype=int),
@@ -76,7 +76,7 @@ def test_verdicts_do_not_depend_on_the_logging_grid(four_grids, every):
 
 
 def test_a_runs_count_does_not_change_when_slower_runs_join_it(four_grids, tmp_path):
-    """The count is the run's own: train the fastest runs alone and compare."""
+    """The count is the run's and its seeds': train the fastest runs alone and compare."""
     summ, _ = four_grids[4]
     exp = copy.deepcopy(SHAPE)
     exp["train"]["log_every"] = 4
@@ -84,7 +84,7 @@ def test_a_runs_count_does_not_change_when_slower_runs_join_it(four_grids, tmp_p
     cfg = validate({"experiments": {"g": exp}})
     recs = [{"run_id": r.run_id, "data_id": r.data_id, "shard": r.shard, "spec": r.spec} for r in plan(cfg, "g")]
     sh = train_shard(recs, ensure_datasets(recs, str(tmp_path / "p")), str(tmp_path / "fast.npz"))
-    alone = summary_table(sh)["n_phases"].tolist()
+    alone = phases_over_seeds(summary_table(sh), runs_table(recs, "g", "h"))["n_phases"].tolist()
     assert alone == summ.loc[summ["L"] == 2.0, "n_phases"].tolist()
 
 

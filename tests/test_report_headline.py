@@ -162,7 +162,7 @@ def test_every_untestable_reason_of_the_default_run_is_named_by_a_group():
         "the same dynamics as the row 'lr=1'", "no trained gpt model", "nothing to follow: the runs' loss fell by less",
         "the sweep does not cross L*", "trained on a fixed covariance", "one value of L in this setting",
         "a bound is judged as a bound: Theorem 1's T ≤ C", "no run reached Proposition 1's precondition",
-        "the phase counter counts 2 phases on 0% of the traces", "fewer than two values of L in the flat regime",
+        "Lemma 2's flow on each of these 12 runs' own feature counts, counted as the runs are (within", "fewer than two values of L in the flat regime",
         "the claim is about discrete features; bilinear logits", "continuous tokens have no feature oracle",
         "the model has not learned: final train loss", "every flat run was left out (2 runs started less than 10×",
         "no in-distribution test of an LSA trained on a fixed covariance", "no shift of kind 'scale'",

@@ -41,7 +41,7 @@ UNTESTABLE = (
     ("the sweep has too few values, runs or dynamics for the statistic",
      lambda r: any(k in r.split(";")[0] for k in (
          "no seed has two values", "one value of L", "fewer than two", "does not cross L*", "no value of L",
-         "nothing to follow", "no run's logits", "no run reached", "the phase counter counts", "has not learned",
+         "nothing to follow", "no run's logits", "no run reached", "counted as the runs are", "has not learned",
          "no flat run", "no sharp run", "this setting does not sweep"))),
 )
 

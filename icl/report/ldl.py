@@ -337,8 +337,8 @@ def regimes_by_model_table(tabs) -> str:
 
 def phase_note(tabs, verdicts: pd.DataFrame | None = None) -> str:
     """What a count of phases can show here, read from the phase rows themselves: how many were
-    decided, and how many read not testable because the counter's power on Props. 2-4's predicted
-    traces (icl.analyse.claims.ldl.phase_power, measured per setting) is below what a count needs; '' for runs
+    decided, and how many read not testable because the counter's power on the theory's own flows
+    (icl.analyse.claims.ldl.phase_power, measured per setting) is below what a count needs; '' for runs
     without an own-feature logit or without phase rows."""
     df = tabs["runs"].merge(tabs["summary"], on="run_id")
     if "n_phases" not in df or df["n_phases"].isna().all() or verdicts is None or verdicts.empty:
@@ -348,8 +348,9 @@ def phase_note(tabs, verdicts: pd.DataFrame | None = None) -> str:
         return ""
     weak = v["reason"].astype(str).str.contains("a count of phases cannot test this here", regex=False)
     decided = v["verdict"].isin(["holds", "does not hold"])
-    out = [f"The phase claims are read from the runs' counts where the phase counter's power, measured per setting on "
-           f"the traces Props. 2-4 predict for those runs (their Phase-I end, accuracy and noise), is at least 80%: "
+    out = [f"Each run's phases are the fewest laws of growth of its own logit that fit it as closely as its seeds "
+           f"agree; the phase claims are read from those counts where the same count on the theory's own flow (Lemma 2 "
+           f"on each run's sampled feature counts) shows the predicted phases in at least 80% of the runs: "
            f"{int(decided.sum())} of {len(v)} phase row{'s' if len(v) != 1 else ''} decided"]
     if weak.any():
         out.append(f"{int(weak.sum())} not testable for want of that power (each row gives it)")

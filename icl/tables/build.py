@@ -18,7 +18,7 @@ from icl.store.files import atomic_path
 from icl.settings import Tokens, Train
 from icl.store.io import (LONG_SCHEMAS, SHIFT_KEY, coded, empty_shift, long_writer, provenance_metadata, read_parquet,
                     read_shard, write_parquet)
-from icl.tables.measures import LLC_STATUS, last_layer_map, summary_table
+from icl.tables.measures import LLC_STATUS, last_layer_map, phases_over_seeds, summary_table
 from icl.jobs.parallel import Forked
 from icl.jobs.provenance import code_version, stamp
 
@@ -151,6 +151,7 @@ def aggregate(runs_path: str, shard_paths: list[str], outdir: str,
         if missing:
             raise RuntimeError(f"{len(missing)} planned runs have no results (e.g. {sorted(missing)[0]}); "
                                "the shard files do not match runs.parquet: rerun snakemake")
+        summary = phases_over_seeds(summary, runs)      # a count is chosen against the run's replicates
         meta["trained_with"] = sorted(set(summary["code_version"]))
         for w in writers.values():
             w.add_key_value_metadata(provenance_metadata(meta))

@@ -14,13 +14,12 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from icl.tables.phases import logit, noise_level, phases
+from icl.tables.phases import MAX_PHASES, PHASE_WINDOW, choose, fit, logit, noise_level, phase_window, spread  # noqa: F401
 from icl.theory.ldl import delta_conc
 
 REL_THRESHOLDS = (1e-1, 1e-2, 1e-3)
 ABS_THRESHOLDS = (1e-2, 1e-3, 1e-4)   # on the loss itself: the theorems' loss ≤ ε² (icl.analyse.fits.eps_of)
 UNIF_THRESHOLDS = (5e-1,)  # on the loss over uniform attention's, what every L's labels scale with (ldl.faster_with_L)
-PHASE_WINDOW = 1e-3    # phases are counted until the loss first falls to this share of loss₀ (or to the end)
 MEMORISES = 0.05       # test loss up by this share from its lowest while the train loss fell by as much
 ESCAPE = 0.5           # t_escape: the query's error below this share of predicting 0's
 ESCAPE_WINDOW = 0.01   # ... averaged over a trailing window of this share of the epochs (at least 1)
@@ -199,17 +198,10 @@ def memorises(train: np.ndarray, test: np.ndarray) -> np.ndarray:
     return rose & fell & np.isfinite(test[:, -1])
 
 
-def phase_window(loss: np.ndarray, ref: float) -> int:
-    """The index of the last epoch the phases are counted over: where the loss first falls to
-    PHASE_WINDOW of `ref` (the uniform-attention loss: what a model that learned nothing in
-    context reaches), or the end of training if it never does."""
-    below = np.asarray(loss, float) / ref <= PHASE_WINDOW
-    return int(np.argmax(below)) if below.any() else len(loss) - 1
-
-
-def phase_counts(loss: np.ndarray, attn: np.ndarray, epochs: np.ndarray, ref: np.ndarray) -> list:
-    """icl.tables.phases of each run's own logit, from epoch 0 to its phase_window; runs with the same
-    curves (the seeds of one setting on its balanced mean-field flow) counted once."""
+def phase_fits(loss: np.ndarray, attn: np.ndarray, epochs: np.ndarray, ref: np.ndarray) -> list:
+    """Per run, (icl.tables.phases.fit of its own logit from epoch 0 to its phase_window, that logit):
+    the seeds' spread the count is chosen by is measured on the logits (phases_over_seeds); runs
+    with the same curves are fitted once. None for a run with no own attention."""
     out, seen = [], {}
     for l, a, r in zip(loss, attn, ref):
         if not np.isfinite(a).any():
@@ -217,10 +209,49 @@ def phase_counts(loss: np.ndarray, attn: np.ndarray, epochs: np.ndarray, ref: np
             continue
         key = (l.tobytes(), a.tobytes(), float(r))
         if key not in seen:
-            end = phase_window(l, r)
-            seen[key] = phases(epochs[:end + 1], logit(a[:end + 1]))
+            z = logit(a[:phase_window(l, r) + 1])
+            seen[key] = (fit(epochs[:len(z)], z), z)
         out.append(seen[key])
     return out
+
+
+# what a run's replicate differs in: its seed and what the seed draws (prompts, the shard it fell in)
+DRAW_COLUMNS = ("run_id", "seed", "shard", "data_id", "experiment", "config_hash", "code_version")
+
+
+def setting_keys(runs: pd.DataFrame) -> pd.Series:
+    """One key per run naming its setting: every column of runs.parquet but DRAW_COLUMNS."""
+    cols = [c for c in runs.columns if c not in DRAW_COLUMNS]
+    return runs[cols].apply(lambda col: col.map(str)).agg("|".join, axis=1) if cols else pd.Series("", index=runs.index)
+
+
+def phases_over_seeds(summary: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """The phase count of every run, chosen against its replicates (icl.tables.phases.choose): per
+    setting (setting_keys), the seeds' spread of their own logits (`phase_spread`), and per run the
+    fewest pieces that fit it within that spread (`n_phases`, with its `phase_ends` and the
+    off-diagonal logits' rate in each of them, `qoff_phase_rates`). A setting with one seed has no
+    spread: its runs have no count."""
+    out = summary.copy()
+    key = setting_keys(runs.set_index("run_id").reindex(out["run_id"]).reset_index())
+    traces = out.pop("phase_logit")
+    by_count = out.pop("qoff_rates_by_count")
+    spreads = pd.Series(np.nan, index=out.index)
+    for _, idx in key.groupby(key.to_numpy()).groups.items():
+        got = [traces[i] for i in idx if traces[i] is not None]
+        spreads[idx] = spread(got) if len(got) == len(idx) else np.nan
+    n = [choose(r, w) if r is not None else None for r, w in zip(out["phase_rms"], spreads)]
+    out["phase_spread"] = spreads.to_numpy(float)
+    out["n_phases"] = pd.array(n, dtype="Int64")
+    out["phase_ends"] = pd.Series([list(e[k - 1]) if k else [] for e, k in zip(out["phase_fit_ends"], n)],
+                                  index=out.index, dtype="object")
+    out["qoff_phase_rates"] = pd.Series([list(q[k - 1]) if k and q else [] for q, k in zip(by_count, n)],
+                                        index=out.index, dtype="object")
+    return out
+
+
+def _pairs(found: list) -> list:
+    """phase_fits' entries, (None, None) where a run has no own attention."""
+    return [f if f is not None else (None, None) for f in found]
 
 
 def phase_rates(q: np.ndarray, epochs: np.ndarray, bounds: list) -> list:
@@ -299,10 +330,10 @@ def summary_table(sh: dict) -> pd.DataFrame:
         summ["t_phase_one"] = level_time(own, t_ep, level)
     else:
         summ["t_phase_one"] = np.nan
-    found = phase_counts(tl, own, t_ep, ref)
-    summ["n_phases"] = pd.array([f.n if f else None for f in found], dtype="Int64")
-    summ["phase_ends"] = pd.Series([list(f.ends) if f else [] for f in found], dtype="object")
-    summ["phase_noise"] = np.array([f.noise if f else np.nan for f in found], float)   # the counter's power is measured at it
+    found = phase_fits(tl, own, t_ep, ref)      # counted against the seeds' spread by phases_over_seeds
+    summ["phase_rms"] = pd.Series([list(f.rms) if f else None for f, _ in _pairs(found)], dtype="object")
+    summ["phase_fit_ends"] = pd.Series([list(f.ends) if f else [] for f, _ in _pairs(found)], dtype="object")
+    summ["phase_logit"] = pd.Series([z for _, z in _pairs(found)], dtype="object")
     summ["late_exponent"] = late_exponent(tl, t_ep)
     if "trace_query_loss" in sh:
         summ["t_escape"] = escape_time(sh["trace_query_loss"], sh["trace_zero_loss"],
@@ -327,13 +358,17 @@ def summary_table(sh: dict) -> pd.DataFrame:
     dyn = logit_dynamics(q) if q is not None and q.size and q.shape[1] > 1 else {}
     for col in ("qoff_rate", "qoff_fell", "qoff_oscillates", "qoff_path_excess", "qown_drop"):
         summ[col] = dyn.get(col, np.full(R, np.nan))
-    if dyn:       # each phase's rate: q on the epochs it was kept on (the trace's every epoch, or the logged ones)
+    # each phase's rate, for every count the seeds may choose: q on the epochs it was kept on (the
+    # trace's every epoch, or the logged ones)
+    by_count = [[] for _ in range(R)]
+    if dyn:
         q_ep = t_ep if "trace_q_features" in sh else ep
-        ends = [[0.0, *(f.ends if f else []), float(t_ep[phase_window(l, r)])]
-                for f, l, r in zip(found, tl, ref)]
-        summ["qoff_phase_rates"] = pd.Series(phase_rates(q, q_ep, ends), dtype="object")
-    else:
-        summ["qoff_phase_rates"] = pd.Series([[] for _ in range(R)], dtype="object")
+        for k in range(MAX_PHASES):
+            ends = [[0.0, *(f.ends[k] if f else []), float(t_ep[phase_window(l, r)])]
+                    for (f, _), l, r in zip(_pairs(found), tl, ref)]
+            for r, rates in enumerate(phase_rates(q, q_ep, ends)):
+                by_count[r].append(rates)
+    summ["qoff_rates_by_count"] = pd.Series(by_count, dtype="object")
     for col, values in llc_summary(sh).items():
         summ[col] = values
     summ["train_seconds"] = float(sh["seconds"]) / R

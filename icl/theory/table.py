@@ -207,19 +207,20 @@ def mean_field_flows(plan_runs: list[dict], mean_field: frozenset, store: str | 
             flows[sampled] = Flow(V, C, counts, query, np.full(len(query), 1.0 / len(query)), eta, epochs)
         runs.append((r["run_id"], ep, balanced, sampled))
     curves = flow_curves(flows, store)
-    return [(run_id, ep, curves[balanced], curves[sampled][0]) for run_id, ep, balanced, sampled in runs]
+    return [(run_id, ep, curves[balanced], curves[sampled]) for run_id, ep, balanced, sampled in runs]
 
 
 def curve_rows(flows: list[tuple]) -> pd.DataFrame:
-    """The flows (mean_field_flows: run id, logged epochs, (loss, own attention), sampled-count loss,
-    each every epoch) on each run's logged epochs, long: theory_curves.parquet."""
+    """The flows (mean_field_flows: run id, logged epochs, (loss, own attention) of the balanced flow
+    and of the sampled-count one, each every epoch) on each run's logged epochs, long:
+    theory_curves.parquet (the sampled-count flow's loss; its own attention is counted by flow_rows)."""
     import pandas as pd
     if not flows:
         return pd.DataFrame({"run_id": pd.Series(dtype="string"), "epoch": pd.Series(dtype="int64"),
                              "metric": pd.Series(dtype="string"), "value": pd.Series(dtype="float64")})
     names = np.array(["mean_field_loss", "mean_field_attn_own", "mean_field_loss_sampled"])
     cols = {"run_id": [], "epoch": [], "metric": [], "value": []}
-    for run_id, ep, (loss, own), smp in flows:
+    for run_id, ep, (loss, own), (smp, _) in flows:
         cols["run_id"].append(np.repeat(run_id, 3 * len(ep)))
         cols["epoch"].append(np.tile(ep, 3))
         cols["metric"].append(np.repeat(names, len(ep)))
@@ -230,15 +231,31 @@ def curve_rows(flows: list[tuple]) -> pd.DataFrame:
 FLOW_LEVEL = 0.5     # half of the flow's start (uniform attention's loss): the crossing on the collapse clock
 
 
-def flow_crossing_rows(flows: list[tuple]) -> pd.DataFrame:
-    """Per run, read on every epoch of its sampled-count flow (mean_field_flows): the epoch at which it
-    first falls to FLOW_LEVEL of its start (`flow_t_unif_5e-1_sampled`), interpolated in log-loss (NaN
-    if never): the time icl.analyse.collapse sets beside the run's own t_unif_5e-1 on the clock (the
-    balanced flow's it integrates itself, from the step alone)."""
+def flow_rows(flows: list[tuple]) -> pd.DataFrame:
+    """Per run, read on every epoch of its flows (mean_field_flows): the epoch at which the
+    sampled-count flow first falls to FLOW_LEVEL of its start (`flow_t_unif_5e-1_sampled`),
+    interpolated in log-loss (NaN if never): the time icl.analyse.collapse sets beside the run's own
+    t_unif_5e-1 on the clock (the balanced flow's it integrates itself, from the step alone); and
+    the phase fits of both flows' own logit (icl.tables.phases.fit over the window the runs' are
+    fitted on: `flow_phase_rms`, `flow_phase_ends`, the same `_sampled`), which the analysis counts
+    against the runs' own seeds' spread, as it counts the runs."""
     import pandas as pd
-    rows = [{"run_id": run_id, "flow_t_unif_5e-1_sampled": first_crossing(smp / smp[0], FLOW_LEVEL)}
-            for run_id, _, _, smp in flows]
-    return pd.DataFrame(rows, columns=["run_id", "flow_t_unif_5e-1_sampled"])
+    from icl.tables.phases import fit, logit, phase_window
+    rows, fitted = [], {}
+
+    def fits(loss, own):
+        key = (loss.tobytes(), own.tobytes())
+        if key not in fitted:
+            z = logit(own[:phase_window(loss, loss[0]) + 1])
+            fitted[key] = fit(np.arange(len(z), dtype=float), z)
+        return fitted[key]
+    for run_id, _, (loss, own), (smp, smp_own) in flows:
+        bal, sam = fits(loss, own), fits(smp, smp_own)
+        rows.append({"run_id": run_id, "flow_t_unif_5e-1_sampled": first_crossing(smp / smp[0], FLOW_LEVEL),
+                     "flow_phase_rms": bal.rms, "flow_phase_ends": bal.ends,
+                     "flow_phase_rms_sampled": sam.rms, "flow_phase_ends_sampled": sam.ends})
+    return pd.DataFrame(rows, columns=["run_id", "flow_t_unif_5e-1_sampled", "flow_phase_rms", "flow_phase_ends",
+                                       "flow_phase_rms_sampled", "flow_phase_ends_sampled"])
 
 
 def first_crossing(ratio: np.ndarray, x: float) -> float:

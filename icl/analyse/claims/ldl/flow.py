@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from icl.tables import measures
+from icl.tables.phases import choose
 from icl.analyse.claims import FAILS, fmt
 from icl.analyse.claims.judge import Choices, DEFAULT
 from icl.analyse.claims.ldl.setting import Setting
@@ -47,7 +48,8 @@ def flow_runs(s: Setting, loss: str = "mean_field_loss") -> pd.DataFrame | None:
     (icl.tables.measures, as the tables step measures the runs, on the flow's logged epochs): loss₀ and
     the uniform-attention loss (the flow's start, S = 0), final loss, relative and absolute
     crossing times and the own attention there, the end of Phase I (own attention at 1/(1+δ)), the
-    phase count and the late decay exponent; the LLC's columns left out (the flow has none). `loss`:
+    phase count (the theory step's every-epoch fits of the flow, counted within the runs' seeds'
+    spread: flow_counts) and the late decay exponent; the LLC's columns left out (the flow has none). `loss`:
     the balanced flow or the sampled-count one
     (`mean_field_loss_sampled`; its attention is the balanced flow's, the only one written). None
     where the setting's runs have no flow."""
@@ -77,11 +79,20 @@ def flow_runs(s: Setting, loss: str = "mean_field_loss") -> pd.DataFrame | None:
         out[measures._tname("t_unif", x)] = measures.crossing_time(L / loss0[:, None], ep, x).to_numpy(float, na_value=np.nan)
     level = np.array([1.0 / (1.0 + delta_conc(int(K), int(N))) for K, N in zip(df["K"], df["N"])])
     out["t_phase_one"] = measures.level_time(A, ep, level)
-    found = measures.phase_counts(L, A, ep, loss0)
-    out["n_phases"] = pd.array([f.n if f else None for f in found], dtype="Int64")
+    out["n_phases"] = flow_counts(df, "flow_phase_rms_sampled" if loss.endswith("_sampled") else "flow_phase_rms")
     out["late_exponent"] = measures.late_exponent(L, ep)
     out["attn_own_final"] = A[:, -1]
     return out
+
+
+def flow_counts(df: pd.DataFrame, col: str) -> pd.Series:
+    """The phase count of each run's flow (`col`: theory.parquet's fits of the balanced flow,
+    flow_phase_rms, or of the sampled-count one), chosen as the runs' own are: the fewest pieces
+    that fit it within the run's seeds' spread (summary's phase_spread, icl.tables.phases.choose)."""
+    if col not in df or "phase_spread" not in df:
+        return pd.Series(pd.array([None] * len(df), dtype="Int64"), index=df.index)
+    n = [choose(r, w) if isinstance(r, (list, np.ndarray)) else None for r, w in zip(df[col], df["phase_spread"])]
+    return pd.Series(pd.array(n, dtype="Int64"), index=df.index)
 
 
 def _values(fn, s: Setting, runs: pd.DataFrame | None, choices: Choices) -> dict:

@@ -27,21 +27,23 @@ def phase_runs(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     t1 = df["t_phase_one"].astype(float) if "t_phase_one" in df else pd.Series(np.nan, index=df.index)
     fast = (t1 * steps(df) < RESOLUTION).fillna(False) if t1.notna().any() else ~resolved(df)
     short = ~fast & ~converged(df)
-    irregular = ~fast & ~short & df["n_phases"].isna()
-    keep = df[~(fast | short | irregular)]
+    alone = ~fast & ~short & df["n_phases"].isna() & ~(df["phase_spread"] > 0 if "phase_spread" in df else False)
+    irregular = ~fast & ~short & ~alone & df["n_phases"].isna()
+    keep = df[~(fast | short | alone | irregular)]
     parts = [f"{int(m.sum())} {w}" for m, w in ((fast, f"ended Phase I within {RESOLUTION} steps"),
                                                (short, f"never reached {CONVERGED:g} of the uniform-attention loss"),
+                                               (alone, "without a replicate to choose the count against (one seed)"),
                                                (irregular, "irregular")) if m.any()]
     return keep, ("runs left out of the count: " + ", ".join(parts)) if parts else ""
 
 
 def _weak(powers: dict[str, Power]) -> str:
     """Why a count of phases cannot decide on these runs (`powers`: each regime the row reads and
-    the counter's power on its runs' predicted traces, below POWER), or ''."""
+    the counter's power on its runs' sampled-count flows, below POWER), or ''."""
     low = {rg: pw for rg, pw in powers.items() if not (np.isfinite(getattr(pw, rg)) and getattr(pw, rg) >= POWER)}
     if not low:
         return ""
-    parts = [text(pw, rg) if pw.n else f"no {rg} run has a predicted trace to measure the counter's power on "
+    parts = [text(pw, rg) if pw.n else f"no {rg} run has a counted flow to measure the counter's power on "
              f"({pw.note or 'no run'})" for rg, pw in low.items()]
     return "; ".join(parts) + f": below the {POWER:.0%} a count needs to decide, so a count of phases cannot test this here"
 
@@ -53,12 +55,12 @@ def _eps(df: pd.DataFrame) -> float:
 
 def phases_claim(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     """Two phases in the flat regime, three in the sharp (Props. 2-4): per regime the share of
-    runs whose own logit shows the predicted number of phases (icl.tables.phases: the fewest stretches
-    that each follow one law of growth, counted on every epoch), with its exact binomial
+    runs whose own logit shows the predicted number of phases (icl.tables.phases: the fewest laws of
+    growth, each over its own stretch of every epoch, that fit the run within its seeds' spread), with its exact binomial
     (Clopper–Pearson) interval over the seeds, against [½, 1]: it holds when the predicted count is
     what most runs show, and does not hold when most runs show another. Decided only where the
-    counter's power, measured on the traces Props. 2-4 predict for these runs (phase_power), is at
-    least 80%; below it the row reads not testable and gives the power. Where the experiment
+    counter's power, measured on the theory's own dynamics (phase_power: Lemma 2's flow on each
+    run's sampled counts, counted as the run is), is at least 80%; below it the row reads not testable and gives the power. Where the experiment
     measures the LLC (`train.llc`), each regime has a second row, `<regime>, by the LLC`: the share
     of its runs whose λ̂ shows the predicted number of stages (summary's `llc_stages`: Hoogland et
     al.'s critical points of λ̂ against log t), with the same interval and band; it holds inside
@@ -75,9 +77,8 @@ def phases_claim(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     if df["L_star"].isna().all() or "n_phases" not in df or df["attn_own_final"].isna().all():
         return [s.row(cid, NOT_TESTABLE, prediction="flat: 2, sharp: 3", measurement="no own attention traced",
                       reason="phases are counted on the own-feature logit, which continuous tokens do not have "
-                             "(App. A reads them off the loss curve by eye; a count there needs the trace Props. 2-4 "
-                             "predict, to measure the counter's power on, and they predict one for discrete features "
-                             "only)")]
+                             "(App. A reads them off the loss curve by eye; a count there needs the theory's own flow "
+                             "to measure the counter's power on, and Lemma 2 has one for discrete features only)")]
     keep, note = phase_runs(df)
     reg = regimes(keep, choices.lstar)
     fixed, _ = clock.decides(df, "the number of phases at every L (one curve in τ has one count: a count that "
@@ -109,8 +110,9 @@ def phases_claim(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
         rows.append(s.row(cid, v, eps=_eps(df), group=rg, prediction=pred, value=sh, ci_lo=lo, ci_hi=hi, reason=why,
                           measurement=join(f"{int((n == want).sum())} of {len(n)} runs ({here['seed'].nunique()} "
                                            f"seeds) show {want} phases ({sh:.0%}, 95% interval [{fmt(lo)}, {fmt(hi)}] "
-                                           f"over the seeds; phases: runs {counts}); the counter's power "
-                                           f"{pct(getattr(pw, rg))} on Props. 2-4's predicted traces", note)))
+                                           f"over the seeds; phases: runs {counts}, each the fewest laws that fit "
+                                           f"it within its seeds' spread); the counter's power {pct(getattr(pw, rg))} "
+                                           f"on the theory's own flows", note)))
         rows += llc
     return rows
 
