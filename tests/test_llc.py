@@ -14,7 +14,8 @@ import torch
 
 from icl.train import llc
 from icl.jobs.runtime import log_grid
-from icl.tables.measures import LLC_STATUS, llc_stages
+from icl.tables.measures import LLC_STATUS
+from icl.tables import stages as ST
 from icl.settings import LLC
 from test_train import tiny_plan  # noqa: F401  (the fixture)
 
@@ -173,17 +174,80 @@ def test_the_chain_check_marks_what_it_must(case, status):
 def test_stages_are_the_turns_of_llc_past_its_noise():
     """λ̂(t) over 24 checkpoints, log-spaced: a rise, a fall and a rise (two critical points) with
     noise of the size real chains give; a monotone rise with the same noise (none); and turns
-    smaller than twice the standard error (none)."""
+    smaller than twice the standard error (none), all at a swing of two standard errors."""
     t = np.array(log_grid(3000, 24))
     x = np.log10(t)
     rng = np.random.default_rng(0)
     se = np.full(len(t), 0.4)
     shape = np.interp(x, [0, 1.5, 2.5, 3.5], [2.0, 14.0, 6.0, 12.0])
-    b = llc_stages(shape + rng.normal(0, 0.4, len(t)), se, t)
+    b = ST.boundaries(shape + rng.normal(0, 0.4, len(t)), se, t, 2.0)
     assert len(b) == 2 and 20 < b[0] < 60 and 200 < b[1] < 600, b
-    assert llc_stages(2 + 3 * x + rng.normal(0, 0.4, len(t)), se, t) == []
-    assert llc_stages(5 + 0.3 * np.sin(4 * x), se, t) == []
-    assert llc_stages(np.array([1.0, np.nan, 2.0]), np.ones(3), np.array([1, 10, 100])) is None
+    assert ST.boundaries(2 + 3 * x + rng.normal(0, 0.4, len(t)), se, t, 2.0) == []
+    assert ST.boundaries(5 + 0.3 * np.sin(4 * x), se, t, 2.0) == []
+    assert ST.stages(np.array([1.0, np.nan, 2.0]), np.ones(3), np.array([1, 10, 100]), 4)[0] is None
+
+
+def test_the_batched_filter_is_the_one_filter():
+    """any_boundary (every null draw and swing at once) against boundaries, trace by trace."""
+    rng = np.random.default_rng(1)
+    t = np.array(log_grid(1300, 10))
+    for _ in range(200):
+        y, e = rng.normal(0, 1, len(t)).cumsum(), rng.uniform(0.05, 1.0, len(t))
+        sw = np.array([0.5, 2.0, 6.0])
+        got = ST.any_boundary(ST.smoothed(y[None], t), e[None], sw)[0]
+        assert got.tolist() == [bool(ST.boundaries(y, e, t, s)) for s in sw]
+
+
+# the pipeline's chain errors (ldl_phase_diagram: 10 checkpoints, standard errors 0.02-0.3 from 2 chains)
+PIPE_T = np.array(log_grid(1300, 10))
+PIPE_SE = np.geomspace(0.3, 0.02, 10)
+
+
+@pytest.mark.parametrize("chains", [2, 4, 8])
+def test_a_flat_llc_shows_a_boundary_in_at_most_five_percent_at_the_run_s_swing(chains):
+    """Monte Carlo, independently of the null the swing was chosen on (another stream, the
+    one-trace filter): flat λ̂ drawn with the run's chains and errors, the error re-estimated from
+    the drawn chains, shows a boundary at the chosen swing in at most 5 % of 3000 draws (+ three
+    binomial standard errors), and at the next smaller swing tried in more than 3 %: the swing is
+    the null's, not a safe guess."""
+    swing, rate = ST.null_swing(PIPE_SE, PIPE_T, chains, seed=7)
+    assert np.isfinite(swing) and rate <= ST.NULL_RATE
+
+    def false_rate(s, n=3000):
+        rng = np.random.default_rng(99)
+        hits = 0
+        for _ in range(n):
+            c = 5.0 + rng.standard_normal((len(PIPE_T), chains)) * PIPE_SE[:, None] * np.sqrt(chains)
+            hits += bool(ST.boundaries(c.mean(1), c.std(1, ddof=1) / np.sqrt(chains), PIPE_T, s))
+        return hits / n
+    tol = 3 * np.sqrt(0.05 * 0.95 / 3000)
+    assert false_rate(swing) <= ST.NULL_RATE + tol
+    below = ST.SWINGS[ST.SWINGS < swing]
+    if len(below):
+        assert false_rate(below[-1]) > 0.03
+    if chains == 2:      # a two-sample error is a poor guess: the null asks for far more than 2 errors
+        assert swing > 4.0
+
+
+def test_a_real_stage_is_found_past_its_null_and_noise_is_not():
+    """Eight chains per checkpoint around a rise, a fall and a rise of λ̂: both turns are found at
+    the run's own swing; the same chains around a flat λ̂ give none; a checkpoint whose estimate is
+    negative (within its error, so the chain check passed it) never enters."""
+    rng = np.random.default_rng(3)
+    t = np.array(log_grid(3000, 24))
+    x = np.log10(t)
+    shape = np.interp(x, [0, 1.5, 2.5, 3.5], [2.0, 14.0, 6.0, 12.0])
+    chains = shape[:, None] + rng.normal(0, 0.8, (len(t), 8))
+    llc, se = chains.mean(1), chains.std(1, ddof=1) / np.sqrt(8)
+    b, swing, rate = ST.stages(llc, se, t, 8, "r0")
+    assert len(b) == 2 and 20 < b[0] < 60 and 200 < b[1] < 600 and rate <= ST.NULL_RATE, (b, swing)
+    flat = 5.0 + rng.normal(0, 0.8, (len(t), 8))
+    assert ST.stages(flat.mean(1), flat.std(1, ddof=1) / np.sqrt(8), t, 8, "r0")[0] == []
+    neg = llc.copy()
+    neg[5] = -0.05
+    keep = np.arange(len(t)) != 5
+    assert ST.stages(neg, se, t, 8, "r0")[0] == ST.boundaries(llc[keep], se[keep], t[keep], ST.stages(neg, se, t, 8, "r0")[1])
+    assert ST.stages(llc, se, t, 1, "r0")[0] is None            # one chain: no error, no null
 
 
 def test_a_training_job_measures_it_and_resumes_to_the_same(tiny_plan):

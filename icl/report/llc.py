@@ -68,20 +68,23 @@ def llc_figure(llc: pd.DataFrame, curves: pd.DataFrame, runs: pd.DataFrame, summ
 
 
 def agreement_table(runs: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
-    """Per setting: the runs with an LLC stage count, the counts of each instrument (stages: runs)
-    and in how many runs they agree (only where the phase counter counted too)."""
+    """Per setting: the runs with an LLC stage count, the counts of each instrument (stages: runs),
+    the swing a turn of λ̂ needed there (the median of the runs' own, past which a flat λ̂ shows a
+    boundary in at most 5 % of draws) and in how many runs they agree (only where the phase counter
+    counted too)."""
     df = runs[["run_id", "seed", *[c for c in distinct_settings(runs, "seed") if c != "seed"]]].merge(
-        summary[["run_id", "llc_stages", "n_phases"]], on="run_id")
+        summary[["run_id", "llc_stages", "n_phases", *[c for c in ("llc_swing",) if c in summary]]], on="run_id")
     df = df[df["llc_stages"].notna()]
     if df.empty:
         return pd.DataFrame()
-    keys = [c for c in df.columns if c not in ("run_id", "seed", "llc_stages", "n_phases")]
+    keys = [c for c in df.columns if c not in ("run_id", "seed", "llc_stages", "n_phases", "llc_swing")]
     out = []
     for key, g in (df.groupby(keys, dropna=False) if keys else [(None, df)]):
         count = lambda s: ", ".join(f"{int(k)}: {n}" for k, n in sorted(s.dropna().value_counts().items())) or "—"
         both = g["n_phases"].notna()
         out.append({"setting": setting_label(keys, key) if keys else "all runs", "runs": len(g),
                     "LLC stages (stages: runs)": count(g["llc_stages"]),
+                    **({"turn needed (errors, median)": f"{g['llc_swing'].median():.2g}"} if "llc_swing" in g else {}),
                     "phase counter (phases: runs)": count(g["n_phases"]),
                     "agree": f"{int((g.loc[both, 'llc_stages'] == g.loc[both, 'n_phases']).sum())} of {int(both.sum())}"
                     if both.any() else "— (no phase count)"})

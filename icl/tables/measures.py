@@ -14,6 +14,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from icl.tables.stages import stages
 from icl.tables.phases import MAX_PHASES, PHASE_WINDOW, choose, fit, logit, noise_level, phase_window, spread  # noqa: F401
 from icl.theory.ldl import delta_conc
 
@@ -29,8 +30,6 @@ MAX_WINDOW = 0.1       # ... over at most this share of the epochs
 
 LLC_STATUS = {0: "ok", 1: "diverged", 2: "not stationary", 3: "negative: not at a local minimum",
               4: "the run diverged in training"}   # icl.train.llc's chain check
-LLC_SMOOTH = 0.1       # decades: λ̂ is smoothed against log10 t by a Gaussian kernel of this width ...
-LLC_SWING = 2.0        # ... and a critical point counts where λ̂ turns by more than this many standard errors
 
 
 def denoise_windows(loss: np.ndarray) -> np.ndarray:
@@ -379,51 +378,27 @@ def summary_table(sh: dict) -> pd.DataFrame:
     return summ
 
 
-def llc_stages(llc: np.ndarray, se: np.ndarray, epochs: np.ndarray) -> list[int] | None:
-    """Stage boundaries of one run by its LLC (Hoogland et al.: critical points of λ̂ against log t):
-    the epochs where the smoothed λ̂ turns (its derivative in log t changes sign), counted only where
-    it turns by more than LLC_SWING times the standard error of the difference (a zigzag filter: a
-    turn is confirmed once λ̂ has moved that far back from the extreme, in the two checkpoints' errors). `llc`, `se` over
-    `epochs`, NaN where a checkpoint's estimate is unusable (left out). None with fewer than three
-    usable checkpoints."""
-    ok = np.isfinite(llc) & (epochs > 0)
-    if ok.sum() < 3:
-        return None
-    x, y, t = np.log10(epochs[ok].astype(float)), llc[ok], epochs[ok]
-    w = np.exp(-0.5 * ((x[:, None] - x[None, :]) / LLC_SMOOTH) ** 2)
-    smooth = (w * y).sum(1) / w.sum(1)
-    e = np.nan_to_num(se[ok], nan=0.0)
-    swing = lambda i, j: LLC_SWING * math.hypot(e[i], e[j])   # a change between two checkpoints past their noise
-    bounds, direction, ext = [], 0, 0          # which way λ̂ goes (0: not yet far from the start), its extreme
-    for i in range(1, len(smooth)):
-        move = smooth[i] - smooth[ext]
-        if direction == 0:
-            if abs(move) > swing(i, ext):
-                direction, ext = (1 if move > 0 else -1), i
-        elif move * direction > 0:
-            ext = i                                         # still going the same way
-        elif abs(move) > swing(i, ext):                     # turned, and far enough: ext was a critical point
-            bounds.append(int(t[ext]))
-            direction, ext = -direction, i
-    return bounds
-
-
 def llc_summary(sh: dict) -> dict:
     """Per-run columns of the LLC (train.llc) for summary.parquet: the last usable estimate and its
-    standard error, how many checkpoints were usable, and the stages by llc_stages."""
+    standard error, how many checkpoints were usable, and the stages (icl.tables.stages: turns of λ̂
+    past the swing the run's own null allows, `llc_swing`, with that null's false-boundary rate)."""
     R = len(sh["run_id"])
     if "llc_llc" not in sh:
         return {"llc_final": np.full(R, np.nan), "llc_final_se": np.full(R, np.nan),
                 "llc_usable": pd.array([None] * R, dtype="Int64"), "llc_stages": pd.array([None] * R, dtype="Int64"),
-                "llc_boundaries": pd.Series([[] for _ in range(R)], dtype="object")}
+                "llc_boundaries": pd.Series([[] for _ in range(R)], dtype="object"),
+                "llc_swing": np.full(R, np.nan), "llc_null_rate": np.full(R, np.nan)}
     ok = sh["llc_status"] == 0
     est = np.where(ok, sh["llc_llc"], np.nan)
     se = np.where(ok, sh["llc_se"], np.nan)
     last = np.array([np.flatnonzero(np.isfinite(r))[-1] if np.isfinite(r).any() else -1 for r in est])
     rows = np.arange(R)
-    found = [llc_stages(est[r], se[r], sh["llc_epoch"]) for r in range(R)]
+    chains = int(sh["llc_per_chain"].shape[-1]) if "llc_per_chain" in sh else 1
+    found = [stages(est[r], se[r], sh["llc_epoch"], chains, sh["run_id"][r]) for r in range(R)]
     return {"llc_final": np.where(last >= 0, est[rows, last], np.nan),
             "llc_final_se": np.where(last >= 0, se[rows, last], np.nan),
             "llc_usable": pd.array(ok.sum(1), dtype="Int64"),
-            "llc_stages": pd.array([None if b is None else len(b) + 1 for b in found], dtype="Int64"),
-            "llc_boundaries": pd.Series([b or [] for b in found], dtype="object")}
+            "llc_stages": pd.array([None if b is None else len(b) + 1 for b, _, _ in found], dtype="Int64"),
+            "llc_boundaries": pd.Series([b or [] for b, _, _ in found], dtype="object"),
+            "llc_swing": np.array([w for _, w, _ in found], float),
+            "llc_null_rate": np.array([q for _, _, q in found], float)}
