@@ -242,7 +242,8 @@ def test_a_model_that_has_not_learned_is_said_with_its_numbers():
     assert ldl[0]["converged"] == 0 and ldl[0]["says"].startswith("not learned (≥ 50% of the gap")
     assert ldl[0]["says"].endswith("and none of 2 runs converged (train loss ≤ 10⁻² × uniform attention's)")
     # a GPT trained on every x position: judged at the query (final_query_train_loss), and said so
-    summ = t["summary"].assign(final_query_train_loss=0.2 * t["summary"]["uniform_train_loss"])
+    summ = t["summary"].assign(final_query_train_loss=0.2 * t["summary"]["uniform_train_loss"],
+                               final_query_test_loss=0.2 * t["summary"]["uniform_test_loss"])     # held-out too
     runs = t["runs"].assign(loss="all")
     gpt = hl.model_outcomes({**t, "runs": runs, "summary": summ, "shift": pd.DataFrame()}, ldl=True)
     assert "final train loss at the query 0.2× uniform attention's" in gpt[0]["reached"] and gpt[0]["status"] == "learned"

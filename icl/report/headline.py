@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from icl.analyse import claims
-from icl.analyse.claims.learned import LEARNED, below
+from icl.analyse.claims.learned import LEARNED, below, held_out
 from icl.report.findings import setting_key, setting_of
 
 SYMBOL = {claims.HOLDS: "✓", claims.FAILS: "✗", claims.UNSURE: "?", claims.NOT_TESTABLE: "–"}
@@ -100,6 +100,13 @@ def model_outcomes(tabs: dict, ldl: bool) -> list[dict]:
                 ratio = ok[loss].astype(float) / ok[ref].astype(float)
                 reached.append(f"{what} {_spread(ratio)} uniform attention's after {epochs} epochs")
                 ok_test = below(loss, ref, "").test(ok).fillna(True).astype(bool)
+                if ldl:                                 # the claims' gate: held-out prompts too (learned.held_out)
+                    ok_test &= held_out(ok).test(ok).fillna(True).astype(bool)
+                    if (ok_test != below(loss, ref, "").test(ok).fillna(True).astype(bool)).any():
+                        miss = int((~held_out(ok).test(ok).fillna(True).astype(bool)).sum())
+                        reached.append(f"{claims.of(miss, len(ok), 'run')} closed less than half the gap from uniform "
+                                       f"attention's test loss on held-out prompts to the feature oracle's (learned "
+                                       f"their prompts, not to learn in context)")
                 learned = int(ok_test.sum())
                 if ldl:
                     converged = int((ok[loss].astype(float) <= 1e-2 * ok[ref].astype(float)).sum())

@@ -84,6 +84,17 @@ def below(loss: str, ref: str, what: str, ref_name: str = "uniform attention's o
     return Criterion(what, test, says)
 
 
+def held_out(df: pd.DataFrame) -> Criterion:
+    """The same test on prompts the run never trained on (its test prompts, new functions): its final
+    error at the query closed LEARNED of the gap from uniform attention's on those prompts to the
+    feature oracle's (the best the model can reach there: where a query's feature is missing from a
+    context, no attention recovers its label). A run that drove its train loss down on its own
+    prompts and not this learned its prompts, not to learn in context."""
+    col = "final_query_test_loss" if "final_query_test_loss" in df else "final_test_loss"
+    return below(col, "uniform_test_loss", "final test loss (held-out prompts)", "uniform attention's on the same prompts",
+                 best="oracle_test_loss", best_name="the feature oracle's")
+
+
 def reached(col: str, what: str, share: float | None = None) -> Criterion:
     """The run reached an event whose time `col` holds (NaN where it never did): e.g. t_escape, the
     first epoch its test error fell below half the zero predictor's."""

@@ -147,6 +147,12 @@ def phase_rate_rows(s: Setting, df, choices: Choices = DEFAULT) -> list[dict]:
                                   f"the own logit's step at every step",
                       reason=f"{why}; with one off-diagonal logit its path equals the own logit's rise, so the "
                              f"rate is 1 in every phase by algebra")]
+    if not n and "phase_spread" in df and not (df["phase_spread"] > 0).any():
+        return [s.row(cid, NOT_TESTABLE, group="rate", prediction=pred,
+                      measurement=f"{len(df)} runs, one seed per setting: no phase count",
+                      reason="no run has phases to measure the rates in: a count is chosen against the setting's "
+                             "seeds (the fewest laws that fit a run within their spread), and each setting here "
+                             "has one seed")]
     if not n:
         return [s.row(cid, UNSURE, group="rate", prediction=pred,
                       measurement="no phase rates in summary (tables made before qoff_phase_rates, or no phase found)",

@@ -10,7 +10,7 @@ from icl.analyse import fits
 from icl.analyse.claims import EXT, NOT_TESTABLE, UNSURE, count, verdict
 from icl.analyse.claims.judge import Band, join
 from icl.analyse.claims.ldl.identities import _of, domain, eq4_outside, eq4_text, eq4_where
-from icl.analyse.claims.learned import Gate, below, gate
+from icl.analyse.claims.learned import Gate, below, gate, held_out
 
 
 RESOLUTION = fits.RESOLUTION   # optimisation steps: a crossing sooner than this is set by the step, not the dynamics
@@ -95,17 +95,21 @@ def _empty(s: Setting, cid: str, why: str, pred: str = "—", group: str = "") -
     return s.row(cid, UNSURE, group=group, prediction=pred, measurement="no run to judge", reason=why)
 
 
-def learning(df: pd.DataFrame, extra=()) -> Gate:
+def learning(df: pd.DataFrame, extra=(), on_new_prompts: bool = True) -> Gate:
     """icl.analyse.claims.learned's gate for LDL's models: a run learned when its final train loss at the
     query is at most half of uniform attention's on its own training prompts (what needs no
-    training; the train side has no oracle, so the best reachable is taken as 0). A GPT trained on
-    every x position (loss: all) is judged by its error at the query, where the reference is, not
-    by the mean over positions it trained on; `extra` adds criteria."""
+    training; the train side has no oracle, so the best reachable is taken as 0), and its final
+    test loss on held-out prompts closed half the gap from uniform attention's there to the feature
+    oracle's (learned.held_out: a run that only learned its prompts did not learn in context). A
+    GPT trained on every x position (loss: all) is judged by its error at the query, where the
+    reference is, not by the mean over positions it trained on; `extra` adds criteria. A claim about
+    the held-out prompts themselves (ldl.unseen_functions) gates on the train side alone
+    (`on_new_prompts=False`): a gate on what it measures would leave it nothing to fail on."""
     col = "final_query_train_loss" if "final_query_train_loss" in df else "final_train_loss"
     what = "final train loss"
     if "loss" in df and df["loss"].astype(str).eq("all").any():
         what = "(at the query, not the mean over every x position it trained on) final train loss"
-    return gate(df, [below(col, "uniform_train_loss", what)], extra)
+    return gate(df, [below(col, "uniform_train_loss", what), *([held_out(df)] if on_new_prompts else [])], extra)
 
 
 def dynamics_runs(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:

@@ -42,7 +42,7 @@ def unseen_functions(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
                               "achievable gain cannot be measured") if cont else
                       "the tables have no feature-oracle loss on the test prompts (made by an older version): rerun "
                       "the training")]
-    learned = learning(df)
+    learned = learning(df, on_new_prompts=False)     # the held-out loss is what this claim judges
     if learned.none:
         return [s.row(cid, NOT_TESTABLE, prediction=pred, measurement=learned.note, reason=learned.none)]
     df = learned.kept
