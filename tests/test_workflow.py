@@ -365,7 +365,8 @@ def test_an_L_has_one_colour_in_every_figure(finished):
 
 def test_report_opens_with_its_headline(finished):
     """Issue 30.1: before any other table the page says per model what it reached, with the numbers
-    of summary.parquet (its final train loss against uniform attention's), the verdict counts per
+    of summary.parquet (its final train loss against uniform attention's, and its test loss on held-out
+    prompts against uniform attention's and the feature oracle's), the verdict counts per
     claim (adding up to the badges the index shows), and then the claims × settings grid with one
     mark per per-setting verdict; the full verdict table is kept behind a toggle."""
     html = (finished / "reports" / "tiny.html").read_text()
@@ -379,7 +380,10 @@ def test_report_opens_with_its_headline(finished):
     stuck = []
     for model, g in summ.groupby("model"):
         ratio = (g["final_train_loss"] / g["uniform_train_loss"]).median()
-        learned = int((g["final_train_loss"] <= 0.5 * g["uniform_train_loss"]).sum())
+        test = g["final_query_test_loss"] if "final_query_test_loss" in g else g["final_test_loss"]
+        best = g["oracle_test_loss"].fillna(0.0)
+        held_out = (test <= best + 0.5 * (g["uniform_test_loss"] - best)) | test.isna() | g["uniform_test_loss"].isna()
+        learned = int(((g["final_train_loss"] <= 0.5 * g["uniform_train_loss"]) & held_out).sum())
         status = "learned" if learned == len(g) else "not learned" if not learned else f"learned in {learned} of {len(g)} runs"
         converged = int((g["final_train_loss"] <= 1e-2 * g["uniform_train_loss"]).sum())
         line = next(x.strip() for x in text.splitlines() if x.strip().startswith(model + ": "))
