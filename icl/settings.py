@@ -7,7 +7,8 @@ it is set), beside its field here. No code reads these sections with .get(key, d
 prompts section has no optional setting (N, train and test are required)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import math
+from dataclasses import dataclass, fields, replace
 
 
 def _known(cls, section: dict, name: str) -> None:
@@ -31,6 +32,7 @@ class LLC:
     nbeta: float | None = None              # absent: devinterp's default m / log m (m the minibatch)
     batch: int | None = None                # absent: every training prompt each step
     together: int | None = None             # absent: every chain side by side in one pass
+    plateau: float = 0.1                    # schema default 0.1: the last checkpoint again at γ × this (0: not)
 
     @classmethod
     def of(cls, section: dict | None) -> "LLC | None":
@@ -39,6 +41,11 @@ class LLC:
     def minibatch(self, n: int) -> int:
         """Prompts an SGLD step takes of a run's n training prompts."""
         return min(self.batch or n, n)
+
+    def plateau_check(self) -> "LLC":
+        """The settings of the last checkpoint's second estimate (icl.train.llc.measure_plateau): γ ×
+        plateau, and a burn-in 1/plateau times as long (a weaker pull relaxes that much slower)."""
+        return replace(self, gamma=self.gamma * self.plateau, burnin=int(math.ceil(self.burnin / self.plateau)))
 
     def passes(self) -> list[range]:
         """The chains in the passes they are sampled in, `together` a pass (all in one, absent)."""

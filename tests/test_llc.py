@@ -52,6 +52,49 @@ def test_a_regular_model_has_half_its_dimension():
     assert np.all(out.status == 0)
 
 
+def _plateau_of(s, base, weak) -> tuple[float, object]:
+    """icl.tables.measures.plateau of one checkpoint's two estimates (at γ and at γ × s.plateau)."""
+    from icl.tables.measures import plateau
+    sh = {"run_id": np.arange(len(base.llc)), "llc_status": base.status[:, None], "llc_llc": base.llc[:, None],
+          "llc_se": base.se[:, None], "llc_plateau_status": weak.status[:, None],
+          "llc_plateau_llc": weak.llc[:, None], "llc_plateau_se": weak.se[:, None]}
+    got = plateau(sh)
+    return got["llc_plateau_ratio"], got["llc_on_plateau"]
+
+
+@pytest.mark.slow
+def test_at_the_pipeline_s_settings_a_regular_model_reads_the_localisation_and_the_check_says_so():
+    """Issue 63.2 at ldl_phase_diagram's estimator settings (2 chains × 60 draws after 30, γ = 100,
+    ε = 10⁻³, nβ = m/log m with its minibatch m = 64: 15.4): a regular model of λ = d/2 = 2 whose
+    curvature is a linear regression's on standardised inputs (a = 1) reads λ̂ ≈ nβa/2·d/p = 0.27 (the
+    closed form of test_a_regular_model_has_half_its_dimension, p = nβa + γ), 14 % of λ: the
+    localisation, not λ. The plateau check (the same estimate at γ/10, burn-in ×10) reads the closed
+    form there too (1.22: 4.4-fold), and marks every run it can decide off its plateau, none on it.
+    At γ = 0.1 (4 chains × 3000 draws) the same estimator reads λ within 10 %, and the check marks no
+    run off its plateau (their mean ratio within 5 % of 1; one run's ±8 % cannot place it inside a
+    10 % band: those read 'cannot tell')."""
+    R, d = 32, 4
+    a = torch.ones(R, dtype=torch.float64)
+    c = torch.randn(R, d, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    nb = 64 / math.log(64)
+    fn = lambda C: quadratic(a, c)          # noqa: E731
+    closed = lambda s: nb / 2 * d / ((nb + s.gamma) * (1 - s.epsilon * (nb + s.gamma) / 4))   # noqa: E731
+    zero = torch.zeros(R, dtype=torch.float64)
+    pipe = LLC(points=10, chains=2, draws=60, burnin=30, epsilon=1e-3, gamma=100.0, nbeta=nb)
+    base = llc.sample(fn, c.clone(), zero, 300, pipe, torch.arange(R), 0)
+    weak = llc.sample(fn, c.clone(), zero, 300, pipe.plateau_check(), torch.arange(R), 1)
+    assert abs(base.llc.mean() - closed(pipe)) < 0.05 and closed(pipe) < 0.15 * d / 2
+    assert abs(weak.llc.mean() / closed(pipe.plateau_check()) - 1) < 0.15
+    ratio, on = _plateau_of(pipe, base, weak)
+    assert not on.fillna(False).any() and (~on.fillna(True)).sum() >= R // 4, (ratio, on)
+    good = LLC(points=10, chains=4, draws=3000, burnin=400, epsilon=1e-3, gamma=0.1, nbeta=nb)
+    base = llc.sample(fn, c.clone(), zero, 300, good, torch.arange(R), 0)
+    weak = llc.sample(fn, c.clone(), zero, 300, good.plateau_check(), torch.arange(R), 1)
+    np.testing.assert_allclose(base.llc.mean(), d / 2, rtol=0.1)
+    ratio, on = _plateau_of(good, base, weak)
+    assert not (~on.fillna(True)).any() and abs(np.nanmean(ratio) - 1) < 0.05, (ratio, on)
+
+
 def singular_expectation(nbeta: float, gamma: float) -> float:
     """E[nβ (w₁w₂)²] under exp(−nβ w₁²w₂² − γ/2 |w|²), by quadrature: the w₂ integral in closed form
     (a Gaussian of precision 2nβw₁² + γ), the w₁ integral by the trapezoid rule on a grid dense at 0."""

@@ -91,7 +91,7 @@ class FlopCalibration:
 
 def llc_work(spec: dict) -> tuple[int, float]:
     """The LLC's SGLD steps in a job of this spec (train.llc; (0, 0) without): how many (each
-    checkpoint's burn-in and draws, for each pass of `together` chains) and how large, in training
+    checkpoint's burn-in and draws, the plateau check's too, for each pass of `together` chains) and how large, in training
     steps: together x m prompts a run against the training step's batch. An SGLD step is a training
     step of the same kind on those prompts (the model's own `step`), so it is priced as one."""
     tr = Train.of(spec["train"])
@@ -100,6 +100,9 @@ def llc_work(spec: dict) -> tuple[int, float]:
     s, n = tr.llc, spec["prompts"]["train"]
     passes = s.passes()
     steps = len(log_grid(tr.epochs, s.points)) * (s.burnin + s.draws) * len(passes)
+    if s.plateau:                                   # the last checkpoint again at γ × plateau (icl.settings.LLC.plateau_check)
+        check = s.plateau_check()
+        steps += (check.burnin + check.draws) * len(passes)
     return steps, len(passes[0]) * s.minibatch(n) / (tr.batch_size or n)
 
 

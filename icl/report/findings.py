@@ -33,6 +33,8 @@ UNTESTABLE = (
      lambda r: r.startswith("every ") and "left out" in r.split(";")[0]),
     ("the claim is about full-batch GD and these runs used Adam", lambda r: r.startswith("the theorem is about full-batch GD")),
     ("one step overshoots the loss's curvature scale, where Lemma 2's flow does not apply", lambda r: "overshoots" in r),
+    ("the learning coefficient reads its localisation, not λ (it moved when γ was cut tenfold)",
+     lambda r: r.startswith("λ̂ reads the localisation")),
     ("the model or the data lack what the claim reads",
      lambda r: any(k in r.split(";")[0] for k in (
          "only softmax_q", "is derived for", "continuous tokens", "discrete features", "convex combination",

@@ -70,14 +70,16 @@ def llc_figure(llc: pd.DataFrame, curves: pd.DataFrame, runs: pd.DataFrame, summ
 def agreement_table(runs: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
     """Per setting: the runs with an LLC stage count, the counts of each instrument (stages: runs),
     the swing a turn of λ̂ needed there (the median of the runs' own, past which a flat λ̂ shows a
-    boundary in at most 5 % of draws) and in how many runs they agree (only where the phase counter
+    boundary in at most 5 % of draws), how far λ̂ moved when γ was cut tenfold at the last checkpoint
+    (1 on its plateau; far above it, λ̂ reads the localisation) and in how many runs they agree (only where the phase counter
     counted too)."""
     df = runs[["run_id", "seed", *[c for c in distinct_settings(runs, "seed") if c != "seed"]]].merge(
-        summary[["run_id", "llc_stages", "n_phases", *[c for c in ("llc_swing",) if c in summary]]], on="run_id")
+        summary[["run_id", "llc_stages", "n_phases", *[c for c in ("llc_swing", "llc_plateau_ratio") if c in summary]]],
+        on="run_id")
     df = df[df["llc_stages"].notna()]
     if df.empty:
         return pd.DataFrame()
-    keys = [c for c in df.columns if c not in ("run_id", "seed", "llc_stages", "n_phases", "llc_swing")]
+    keys = [c for c in df.columns if c not in ("run_id", "seed", "llc_stages", "n_phases", "llc_swing", "llc_plateau_ratio")]
     out = []
     for key, g in (df.groupby(keys, dropna=False) if keys else [(None, df)]):
         count = lambda s: ", ".join(f"{int(k)}: {n}" for k, n in sorted(s.dropna().value_counts().items())) or "—"
@@ -85,6 +87,8 @@ def agreement_table(runs: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
         out.append({"setting": setting_label(keys, key) if keys else "all runs", "runs": len(g),
                     "LLC stages (stages: runs)": count(g["llc_stages"]),
                     **({"turn needed (errors, median)": f"{g['llc_swing'].median():.2g}"} if "llc_swing" in g else {}),
+                    **({"λ̂ at γ/10 over λ̂ at γ (median)": f"{g['llc_plateau_ratio'].median():.2g}"}
+                       if "llc_plateau_ratio" in g and g["llc_plateau_ratio"].notna().any() else {}),
                     "phase counter (phases: runs)": count(g["n_phases"]),
                     "agree": f"{int((g.loc[both, 'llc_stages'] == g.loc[both, 'n_phases']).sum())} of {int(both.sum())}"
                     if both.any() else "— (no phase count)"})

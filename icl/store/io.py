@@ -82,7 +82,8 @@ LONG_SCHEMAS = {   # the long tables, written shard by shard (DESIGN §5)
     # the LLC at each of train.llc's checkpoints (icl.train.llc): NaN where the chain check failed (`status` says why)
     "llc": pa.schema([("run_id", TEXT), ("epoch", pa.int64()), ("llc", pa.float64()), ("llc_se", pa.float64()),
                       ("init_loss", pa.float64()), ("drift_z", pa.float64()), ("chains", pa.int64()),
-                      ("status", TEXT)]),
+                      ("status", TEXT), ("gamma", pa.float64()), ("epsilon", pa.float64()), ("nbeta", pa.float64()),
+                      ("plateau_gamma", pa.float64()), ("plateau_llc", pa.float64()), ("plateau_se", pa.float64())]),
 }
 
 

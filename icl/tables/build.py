@@ -111,9 +111,14 @@ def llc_table(sh: dict) -> pa.Table:
     r, e = _grid(status.shape)
     ok = (status == 0).ravel()
     names = [LLC_STATUS.get(int(c), "not measured") for c in range(-1, max(LLC_STATUS) + 1)]
+    setting = lambda k: np.full(r.size, float(sh[f"llc_{k}"]) if f"llc_{k}" in sh else np.nan)   # noqa: E731
+    checked = (sh["llc_plateau_status"] == 0).ravel() if "llc_plateau_status" in sh else np.zeros(r.size, bool)
+    plateau = lambda k: np.where(checked, sh[f"llc_plateau_{k}"].ravel(), np.nan) if checked.any() else np.full(r.size, np.nan)  # noqa: E731
     return pa.table([coded(rid, r), sh["llc_epoch"][e], np.where(ok, sh["llc_llc"].ravel(), np.nan),
                      np.where(ok, sh["llc_se"].ravel(), np.nan), sh["llc_init"].ravel(), sh["llc_drift_z"].ravel(),
-                     np.full(r.size, sh["llc_per_chain"].shape[-1]), coded(names, status.ravel() + 1)],
+                     np.full(r.size, sh["llc_per_chain"].shape[-1]), coded(names, status.ravel() + 1),
+                     setting("gamma"), setting("epsilon"), setting("nbeta"), setting("plateau_gamma"),
+                     plateau("llc"), plateau("se")],
                     schema=LONG_SCHEMAS["llc"])
 
 def shard_summary(path: str) -> pd.DataFrame:

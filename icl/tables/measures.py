@@ -387,7 +387,8 @@ def llc_summary(sh: dict) -> dict:
         return {"llc_final": np.full(R, np.nan), "llc_final_se": np.full(R, np.nan),
                 "llc_usable": pd.array([None] * R, dtype="Int64"), "llc_stages": pd.array([None] * R, dtype="Int64"),
                 "llc_boundaries": pd.Series([[] for _ in range(R)], dtype="object"),
-                "llc_swing": np.full(R, np.nan), "llc_null_rate": np.full(R, np.nan)}
+                "llc_swing": np.full(R, np.nan), "llc_null_rate": np.full(R, np.nan),
+                "llc_plateau_ratio": np.full(R, np.nan), "llc_on_plateau": pd.array([None] * R, dtype="boolean")}
     ok = sh["llc_status"] == 0
     est = np.where(ok, sh["llc_llc"], np.nan)
     se = np.where(ok, sh["llc_se"], np.nan)
@@ -401,4 +402,28 @@ def llc_summary(sh: dict) -> dict:
             "llc_stages": pd.array([None if b is None else len(b) + 1 for b, _, _ in found], dtype="Int64"),
             "llc_boundaries": pd.Series([b or [] for b, _, _ in found], dtype="object"),
             "llc_swing": np.array([w for _, w, _ in found], float),
-            "llc_null_rate": np.array([q for _, _, q in found], float)}
+            "llc_null_rate": np.array([q for _, _, q in found], float), **plateau(sh)}
+
+
+PLATEAU_Z, PLATEAU_SHARE = 2.0, 0.1   # λ̂ moved off its plateau: by more than 2 errors and a tenth of itself
+
+
+def plateau(sh: dict) -> dict:
+    """Whether the last checkpoint's λ̂ sits on its plateau in the localisation γ (icl.train.llc.
+    measure_plateau: the same estimate at a weaker γ): `llc_plateau_ratio`, λ̂ there over λ̂ at γ, and
+    `llc_on_plateau`: True where the change's interval (± PLATEAU_Z errors) lies within PLATEAU_SHARE
+    of λ̂, False where it moved by more than PLATEAU_Z errors and PLATEAU_SHARE of itself (the
+    localisation, not λ, set it: λ̂ ≈ nβ·tr(H)/2γ, a curvature trace), NA where the chains cannot
+    tell, where either estimate failed its chain check or none was made."""
+    R = len(sh["run_id"])
+    if "llc_plateau_status" not in sh:
+        return {"llc_plateau_ratio": np.full(R, np.nan), "llc_on_plateau": pd.array([None] * R, dtype="boolean")}
+    both = (sh["llc_plateau_status"][:, -1] == 0) & (sh["llc_status"][:, -1] == 0)
+    base, p = sh["llc_llc"][:, -1], sh["llc_plateau_llc"][:, -1]
+    err = np.hypot(sh["llc_se"][:, -1], sh["llc_plateau_se"][:, -1])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        moved = (np.abs(p - base) > PLATEAU_Z * err) & (np.abs(p - base) > PLATEAU_SHARE * np.abs(base))
+        flat = np.abs(p - base) + PLATEAU_Z * err <= PLATEAU_SHARE * np.abs(base)
+        ratio = np.where(both, p / base, np.nan)
+    on = np.where(both & moved, False, np.where(both & flat, True, None))
+    return {"llc_plateau_ratio": ratio, "llc_on_plateau": pd.array(on, dtype="boolean")}

@@ -38,7 +38,7 @@ def restore(training, saved: dict) -> None:
     training.logs.diverged_at = saved["diverged_at"].cpu().numpy()
     training.trace.arrays = {k: v.cpu().numpy() for k, v in saved["trace"].items()}
     if training.llc:
-        training.llc.arrays = {k: v.cpu().numpy() for k, v in saved["llc"].items()}
+        training.llc.arrays.update({k: v.cpu().numpy() for k, v in saved["llc"].items()})   # a key it lacks stays unmeasured
 
 
 class Checkpoint:

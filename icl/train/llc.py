@@ -175,24 +175,46 @@ def measure(model, params: dict, batch: Batch, s, seeds: torch.Tensor, epoch: in
     return out
 
 
+def measure_plateau(model, params: dict, batch: Batch, s, seeds: torch.Tensor, epoch: int, alive=None) -> Chains:
+    """The same estimate at the localisation γ × s.plateau (a weaker pull back to w*): where λ̂ reads λ
+    it sits on a plateau in γ and does not move; where the localisation dominates (nβ·h ≲ γ along the
+    loss's curved directions, λ̂ ≈ nβ·tr(H)/2γ, a curvature trace) it grows as γ falls. Its own draws
+    (the checkpoint's epoch offset by PLATEAU_EPOCH), after a burn-in 1/plateau times as long: where γ
+    sets the chains' pull, a weaker one relaxes that much slower."""
+    return measure(model, params, batch, s.plateau_check(), seeds, epoch + PLATEAU_EPOCH, alive)
+
+
+PLATEAU_EPOCH = 1 << 19       # the plateau check's draws: the checkpoint's stream, this many epochs on
+
+
 class Record:
     """The LLC a training job measures, (runs, checkpoints, ...), NaN until measured: what the shard's
-    .npz keeps under `llc_` (icl.tables.build makes llc.parquet of it) and a checkpoint restores."""
+    .npz keeps under `llc_` (icl.tables.build makes llc.parquet of it) and a checkpoint restores. The
+    last checkpoint is measured a second time at a weaker localisation (`plateau_llc`, `plateau_se`,
+    `plateau_status`: measure_plateau), where train.llc.plateau asks for it."""
 
-    KEYS = ("llc", "se", "init", "drift_z")
+    KEYS = ("llc", "se", "init", "drift_z", "plateau_llc", "plateau_se")
 
-    def __init__(self, R: int, epochs: list[int], chains: int):
+    def __init__(self, R: int, epochs: list[int], s, n: int):
+        chains = s.chains
+        self.settings = {"gamma": s.gamma, "epsilon": s.epsilon, "nbeta": nbeta_of(s, n),
+                         "plateau_gamma": s.gamma * s.plateau if s.plateau else math.nan}   # what every estimate used
         self.epochs = np.asarray(epochs, dtype=np.int64)
         self.arrays = {k: np.full((R, len(epochs)), np.nan) for k in self.KEYS}
         self.arrays["per_chain"] = np.full((R, len(epochs), chains), np.nan)
         self.arrays["status"] = np.full((R, len(epochs)), -1, dtype=np.int64)     # −1: not measured
+        self.arrays["plateau_status"] = np.full((R, len(epochs)), -1, dtype=np.int64)
 
-    def record(self, epoch: int, c: Chains) -> None:
+    def record(self, epoch: int, c: Chains, plateau: Chains | None = None) -> None:
         i = int(np.searchsorted(self.epochs, epoch))
-        for k in self.KEYS:
+        for k in ("llc", "se", "init", "drift_z"):
             self.arrays[k][:, i] = getattr(c, k)
         self.arrays["per_chain"][:, i] = c.per_chain
         self.arrays["status"][:, i] = c.status
+        if plateau is not None:
+            self.arrays["plateau_llc"][:, i], self.arrays["plateau_se"][:, i] = plateau.llc, plateau.se
+            self.arrays["plateau_status"][:, i] = plateau.status
 
     def result(self) -> dict:
-        return {"llc_epoch": self.epochs, **{f"llc_{k}": v for k, v in self.arrays.items()}}
+        return {"llc_epoch": self.epochs, **{f"llc_{k}": v for k, v in self.arrays.items()},
+                **{f"llc_{k}": np.float64(v) for k, v in self.settings.items()}}

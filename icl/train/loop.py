@@ -135,7 +135,7 @@ class ShardTraining:
                          {**self.model.log_shapes(), **curriculum})
         self.pos = {int(e): i for i, e in enumerate(self.logs.epochs)}     # logged epoch -> column
         self.trace = Trace(len(runs), self.epochs, self.model.log_shapes())
-        self.llc = (llc.Record(len(runs), log_grid(self.epochs, self.tr.llc.points), self.tr.llc.chains)
+        self.llc = (llc.Record(len(runs), log_grid(self.epochs, self.tr.llc.points), self.tr.llc, self.M)
                     if self.tr.llc else None)
         self.start, self.elapsed0 = 0, 0.0
         if saved:
@@ -224,7 +224,9 @@ class ShardTraining:
         if self.llc is None or epoch not in self.llc.epochs:
             return
         seeds = torch.as_tensor(self.seeds, dtype=torch.int64, device=self.dev)
-        self.llc.record(epoch, llc.measure(self.model, self.params, self.train, self.tr.llc, seeds, epoch, self.active))
+        args = (self.model, self.params, self.train, self.tr.llc, seeds, epoch, self.active)
+        last = epoch == int(self.llc.epochs[-1]) and self.tr.llc.plateau
+        self.llc.record(epoch, llc.measure(*args), llc.measure_plateau(*args) if last else None)
 
     def losses(self, loss, batch, query_loss=None) -> dict:
         """What the trace keeps of a step's losses: the objective, the query's ½MSE (the objective

@@ -135,6 +135,8 @@ def llc_stage_rows(s: Setting, here: pd.DataFrame, rg: str, want: int, pred: str
     if v == FAILS:       # Props. 2-4 count phases of the own logit; no theorem ties them to λ̂'s stages
         v, why = UNSURE, (f"{why}; the LLC's stages are not LDL's phases by any theorem, so a count other than "
                           f"{want} questions reading one as the other, not Props. 2-4")
+    if (off := localisation(here)):
+        v, why = NOT_TESTABLE, off
     same = int((k == counted[has]).sum())
     counts = ", ".join(f"{int(c)}: {m}" for c, m in sorted(pd.Series(k).value_counts().items()))
     agree = (f"the two instruments agree on {same} of {len(k)} runs" + (
@@ -147,6 +149,20 @@ def llc_stage_rows(s: Setting, here: pd.DataFrame, rg: str, want: int, pred: str
                                    f"{want} LLC stages ({sh:.0%}, 95% interval [{fmt(lo)}, {fmt(hi)}] over the seeds; "
                                    f"stages: runs {counts}): critical points of λ̂ against log t", agree,
                                    f"{missing} runs without three usable λ̂" if missing else ""))]
+
+
+def localisation(df: pd.DataFrame) -> str:
+    """Why λ̂'s stages are not λ's, where the runs' plateau check (summary's llc_on_plateau: the last
+    checkpoint's λ̂ again at γ/10) found λ̂ off its plateau in γ; '' where none was off."""
+    if "llc_on_plateau" not in df:
+        return ""
+    off = df["llc_on_plateau"].astype("boolean").eq(False).fillna(False)
+    if not off.any():
+        return ""
+    ratio = df.loc[off, "llc_plateau_ratio"].astype(float)
+    return (f"λ̂ reads the localisation, not λ: at the last checkpoint it moved {ratio.median():.2g}-fold (median) when "
+            f"the localisation γ was cut tenfold, off its plateau in {int(off.sum())} of {len(df)} runs (where the "
+            f"localisation dominates, λ̂ ≈ nβ·tr(H)/2γ, a curvature trace), so its turns are not stages of λ")
 
 
 def transition_at_Lstar(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
