@@ -28,7 +28,11 @@ def test_a_job_is_its_start_up_plus_the_calibrated_parts_scaled_by_runs_and_epoc
                                                  "llc": {"points": 10, "chains": 4, "draws": 200, "burnin": 100,
                                                          "epsilon": 1e-3, "gamma": 100.0, "batch": 50, "together": 2}}}
     steps, size = llc_work(spec)
-    assert (steps, size) == (10 * 300 * 2, 2 * 50 / 100)          # 10 checkpoints, 300 steps, 2 passes of 2 chains
+    # 10 checkpoints of 300 steps and the plateau check's 100/0.1 + 200, each in 2 passes of 2 chains
+    assert (steps, size) == ((10 * 300 + 1000 + 200) * 2, 2 * 50 / 100)
+    spec["train"]["llc"]["plateau"] = 0                           # no check: the checkpoints alone
+    assert llc_work(spec) == (10 * 300 * 2, 2 * 50 / 100)
+    spec["train"]["llc"].pop("plateau")
     assert llc_epochs(spec) == pytest.approx(steps * size / 3)    # 3 training steps an epoch
     assert cal.seconds(8, 400, 4, 0.0, llc_epochs(spec)) - cal.seconds(8, 400, 4, 0.0) == pytest.approx(
         llc_epochs(spec) * 0.05)
