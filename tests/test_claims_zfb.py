@@ -797,6 +797,8 @@ def test_rows_are_judged_over_seeds_with_a_student_t_interval():
             want = (m, m - h, m + h)
         assert (r["value"], r["ci_lo"], r["ci_hi"]) == pytest.approx(want, rel=1e-6, abs=1e-6), (cid, group)
         assert "judged over 5 seeds" in r["measurement"] and f"[{r['ci_lo']:.3g}, {r['ci_hi']:.3g}]" in r["measurement"]
+        # the row keeps each seed's own value: what its evidence figure draws beside the interval
+        assert json.loads(r["seed_values"]) == pytest.approx({str(s): v for s, v in zip(exp.seeds, per)}, rel=1e-9)
 
 
 def test_seeds_that_disagree_leave_a_row_undecided_that_the_test_prompts_would_decide():

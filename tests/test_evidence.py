@@ -2,6 +2,7 @@
 icl.analyse.claims.judge.Band.text writes it, one strip per decided row with its value and interval,
 and the verdict table's link from each decided row to its claim's figure."""
 import base64
+import json
 import io
 import math
 
@@ -62,3 +63,19 @@ def test_a_claim_with_many_rows_is_split_over_figures():
     figs = evidence.evidence_figures(v)
     assert [len(e["rows"]) for e in figs] == [evidence.PER_FIGURE, 3]
     assert figs[1]["anchor"] == "evidence-ldl.faster_with_L.ext-1" and "(part 2 of 2)" in figs[1]["title"]
+
+
+def test_a_row_judged_over_seeds_draws_each_seed():
+    """A ratio judged over five seeds (zfb_gpt's GPT/LSA error at M = N as the default run wrote it):
+    each seed's value is drawn as a tick above the interval, at its own x, and the legend names it
+    once; a row without seed values draws none."""
+    seeds = {"0": 1.61, "1": 1.12, "2": 0.87, "3": 1.30, "4": 0.95}
+    v = _rows().assign(seed_values=[json.dumps(seeds), "", ""])
+    figs = evidence.evidence_figures(v)
+    drawn = pd.read_csv(io.StringIO(base64.b64decode(figs[0]["figure"].csv).decode()))
+    ticks = drawn[drawn["series"].str.startswith("flat: seeds")]
+    assert sorted(ticks["x"]) == pytest.approx(sorted(seeds.values()))
+    assert not drawn["series"].str.startswith("sharp: seeds").any()
+    assert figs[0]["figure"].problems == []
+    assert evidence.seed_values("") == {} and evidence.seed_values(None) == {}
+

@@ -1,5 +1,6 @@
 """The evidence of every decided row (issue 62): per claim one figure with a strip per decided row,
-its statistic and 95 % interval against the band its prediction allows, coloured by its verdict, so
+its statistic and 95 % interval against the band its prediction allows, coloured by its verdict, and
+each seed's own value above it where the row was judged over seeds (verdicts' `seed_values`), so
 that a row's "holds" or "does not hold" can be seen, not only read. The verdict table links each
 decided row to its claim's figure (`anchor`).
 
@@ -7,6 +8,7 @@ The band is read back from the prediction, where icl.analyse.claims.judge.Band.t
 ("[a, b]", "≤ b", "≥ a"); a row whose prediction states none is drawn without one."""
 from __future__ import annotations
 
+import json
 import re
 import textwrap
 
@@ -40,6 +42,13 @@ def band_of(prediction: str) -> tuple[float, float] | None:
     return None
 
 
+def seed_values(text) -> dict[str, float]:
+    """A row's `seed_values` ({"seed": value} as JSON), {} where it has none."""
+    if not isinstance(text, str) or not text:
+        return {}
+    return {k: float(v) for k, v in json.loads(text).items()}
+
+
 def anchor(cid: str, part: int = 0) -> str:
     """The id of a claim's evidence figure on the page (its first part)."""
     return "evidence-" + re.sub(r"[^\w.-]", "-", cid) + (f"-{part}" if part else "")
@@ -60,6 +69,7 @@ def evidence_figure(rows: pd.DataFrame, title: str) -> Figure | None:
     n = len(rows)
     fig, ax = plt.subplots(figsize=(7.2, 2.3 + 0.45 * n), layout="constrained")
     lo_all, hi_all = [], []
+    drew_seeds = False
     for i, r in enumerate(rows.itertuples(index=False)):
         y = n - 1 - i
         v, lo, hi = float(r.value), float(r.ci_lo), float(r.ci_hi)
@@ -78,6 +88,14 @@ def evidence_figure(rows: pd.DataFrame, title: str) -> Figure | None:
         ax.plot([v], [y], "o", color=c, ms=5, gid=f"{r.group}: {r.verdict} {v:.3g}")
         lo_all.append(v)
         hi_all.append(v)
+        seeds = seed_values(getattr(r, "seed_values", ""))
+        if seeds:                # each seed's own value, the unit the interval is over
+            xs = np.array(list(seeds.values()))
+            ax.plot(xs, np.full(len(xs), y + 0.22), "|", color="#444444", ms=7, mew=1.2,
+                    gid=f"{r.group}: seeds {', '.join(f'{k}: {x:.3g}' for k, x in seeds.items())}")
+            lo_all.append(float(xs.min()))
+            hi_all.append(float(xs.max()))
+            drew_seeds = True
     labels = [textwrap.fill(f"{setting_words(g)}{'' if m == 'all' else ' (' + m + ')'}", 38)
               for g, m in zip(rows["group"], rows["model"])]
     ax.set_yticks(range(n))
@@ -92,6 +110,8 @@ def evidence_figure(rows: pd.DataFrame, title: str) -> Figure | None:
         if (rows["verdict"] == v).any():
             ax.plot([], [], "o-", color=COLOURS[v], label=v)
     ax.fill_between([], [], color="#cfe3f5", label="the prediction's band")
+    if drew_seeds:
+        ax.plot([], [], "|", color="#444444", ms=7, mew=1.2, label="one seed's value")
     fig.legend(fontsize=7, loc="outside lower center", ncol=4, frameon=False)
     ax.set_xlabel("each row's statistic and 95% interval", fontsize=8)
     fig.suptitle(title, fontsize=8, wrap=True)

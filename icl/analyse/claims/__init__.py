@@ -40,7 +40,9 @@ CLAIMS = {
 
 COLUMNS = ["experiment", "claim_id", "model", "group", "claim", "prediction", "measurement", "value", "ci_lo",
            "ci_hi", "verdict", "reason", "domain", "fragile", "scope", "flow_value", "flow_lo", "flow_hi", "against",
-           "hypotheses", "setting", "setting_hypotheses"]
+           "hypotheses", "setting", "setting_hypotheses", "seed_values"]
+# `seed_values`: a row judged over its seeds, each seed's own value as JSON {"seed": value} (the evidence
+# figure draws them beside the interval); empty where the row's statistic is not a mean over seeds.
 # `setting`, `setting_hypotheses`: the setting a row of LDL's claims belongs to and the theorems' hypotheses
 # there, one statement per setting (icl.analyse.claims.ldl.hypotheses.setting_statement); empty elsewhere
 # `hypotheses`, on a row of LDL's theorems and propositions: each hypothesis at the setting with unit
@@ -89,8 +91,9 @@ def base_id(claim_id: str) -> str:
 def table(experiment: str, rows: list[dict]) -> pd.DataFrame:
     """The verdict rows of one experiment as results/<exp>/verdicts.parquet holds them."""
     out = pd.DataFrame([{"experiment": experiment, **r} for r in rows], columns=COLUMNS)
-    out[["setting", "setting_hypotheses"]] = out[["setting", "setting_hypotheses"]].fillna("")
-    return out.astype({"against": "string", "setting": "string", "setting_hypotheses": "string"})
+    text = ["setting", "setting_hypotheses", "seed_values"]
+    out[text] = out[text].astype(object).where(out[text].notna(), "")
+    return out.astype({"against": "string", **{c: "string" for c in text}})
 
 
 def count(n: int, noun: str, plural: str = "") -> str:

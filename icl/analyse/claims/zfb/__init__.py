@@ -44,6 +44,9 @@ the theory's limits), `matrices` (learned matrices), `setting` (the Setting and 
 """
 from __future__ import annotations
 
+import json
+import math
+
 import pandas as pd
 
 from icl.analyse.claims import CLAIMS, NOT_TESTABLE, verdict
@@ -144,8 +147,19 @@ def verdicts(tabs) -> list[dict]:
             rows.append(verdict(cid, NOT_TESTABLE, prediction=CLAIMS[cid], measurement="—", reason=none_reason))
             continue
         rows += _collapse([r for s in mine for r in
-                           ([_unlearned_row(fn, s)] if s.unlearned else
-                            robust(fn, with_seed_values(fn, s, DEFAULT), uses=("band",)))])
+                           ([_unlearned_row(fn, s)] if s.unlearned else judged_over_seeds(fn, s))])
+    return rows
+
+
+def judged_over_seeds(fn, s: Setting) -> list[dict]:
+    """fn's rows on s, each judged over its seeds (with_seed_values, robust to the band) and carrying
+    the seeds' own values (`seed_values`, JSON) where it was: what its evidence figure draws."""
+    seeded = with_seed_values(fn, s, DEFAULT)
+    rows = robust(fn, seeded, uses=("band",))
+    for r in rows:
+        per = (seeded.seed_values or {}).get((r["claim_id"], r["group"]), {})
+        finite = {str(k): float(v) for k, v in sorted(per.items()) if math.isfinite(v)}
+        r["seed_values"] = json.dumps(finite) if len(finite) >= 2 else ""
     return rows
 
 
