@@ -254,7 +254,7 @@ def _sweep_values_ok(name: str, exp: dict) -> None:
 
 # `smoke: true` keeps every shape of an experiment (d, K, N, width, layers, heads, test lengths)
 # and cuts what only makes it long: epochs, seeds and the number of prompts.
-SMOKE = {"epochs": 2, "train": 4, "test": 4, "evaluate_prompts": 2, "llc_draws": 4}
+SMOKE = {"epochs": 2, "train": 4, "test": 4, "evaluate_prompts": 2, "llc_draws": 4, "llc_plateau": 0.5}
 
 
 def smoke_cut(cfg: dict) -> dict:
@@ -276,6 +276,8 @@ def smoke_cut(cfg: dict) -> dict:
         if given.llc:                 # the LLC's path through the job kept: two checkpoints, short chains
             tr["llc"].update(points=min(given.llc.points, 2), chains=min(given.llc.chains, 2),
                              draws=min(given.llc.draws, SMOKE["llc_draws"]), burnin=min(given.llc.burnin, 2))
+            if given.llc.plateau:     # the plateau check's path kept, its burn-in (÷ plateau) short: γ/2
+                tr["llc"]["plateau"] = max(given.llc.plateau, SMOKE["llc_plateau"])
             if given.llc.batch:
                 tr["llc"]["batch"] = min(given.llc.batch, p["train"])
         if exp.get("evaluate"):

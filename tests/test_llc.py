@@ -361,6 +361,10 @@ def test_train_llc_is_typed_validated_and_cut_by_smoke():
     assert (s.points, s.chains, s.draws, s.burnin, s.epsilon, s.gamma, s.nbeta, s.batch) == (5, 4, 200, 100, 1e-3, 100.0, None, 8)
     smoke = validate({**raw, "smoke": True})["experiments"]["tiny_smoke"]["train"]["llc"]
     assert (smoke["points"], smoke["chains"], smoke["draws"], smoke["burnin"], smoke["batch"]) == (2, 2, 4, 2, 4)
+    assert smoke["plateau"] == 0.5 and LLC.of(smoke).plateau_check().burnin == 4     # the check kept, short
+    raw["experiments"]["tiny"]["train"]["llc"]["plateau"] = 0                      # none asked: none added
+    assert validate({**raw, "smoke": True})["experiments"]["tiny_smoke"]["train"]["llc"]["plateau"] == 0
+    raw["experiments"]["tiny"]["train"]["llc"].pop("plateau")
     raw["experiments"]["tiny"]["train"]["llc"] = {"points": 5, "chain": 3}
     with pytest.raises(ConfigError, match="chain"):
         validate(raw)
