@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from icl.tables.stages import stages
-from icl.tables.phases import MAX_PHASES, PHASE_WINDOW, choose, fit, logit, noise_level, phase_window, spread  # noqa: F401
+from icl.tables.phases import MAX_PHASES, choose, fit, logit, noise_level, phase_window, spread
 from icl.theory.ldl import delta_conc
 
 REL_THRESHOLDS = (1e-1, 1e-2, 1e-3)
@@ -200,11 +200,11 @@ def memorises(train: np.ndarray, test: np.ndarray) -> np.ndarray:
 def phase_fits(loss: np.ndarray, attn: np.ndarray, epochs: np.ndarray, ref: np.ndarray) -> list:
     """Per run, (icl.tables.phases.fit of its own logit from epoch 0 to its phase_window, that logit):
     the seeds' spread the count is chosen by is measured on the logits (phases_over_seeds); runs
-    with the same curves are fitted once. None for a run with no own attention."""
+    with the same curves are fitted once. (None, None) for a run with no own attention."""
     out, seen = [], {}
     for l, a, r in zip(loss, attn, ref):
         if not np.isfinite(a).any():
-            out.append(None)
+            out.append((None, None))
             continue
         key = (l.tobytes(), a.tobytes(), float(r))
         if key not in seen:
@@ -246,11 +246,6 @@ def phases_over_seeds(summary: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame
     out["qoff_phase_rates"] = pd.Series([list(q[k - 1]) if k and q else [] for q, k in zip(by_count, n)],
                                         index=out.index, dtype="object")
     return out
-
-
-def _pairs(found: list) -> list:
-    """phase_fits' entries, (None, None) where a run has no own attention."""
-    return [f if f is not None else (None, None) for f in found]
 
 
 def phase_rates(q: np.ndarray, epochs: np.ndarray, bounds: list) -> list:
@@ -330,9 +325,9 @@ def summary_table(sh: dict) -> pd.DataFrame:
     else:
         summ["t_phase_one"] = np.nan
     found = phase_fits(tl, own, t_ep, ref)      # counted against the seeds' spread by phases_over_seeds
-    summ["phase_rms"] = pd.Series([list(f.rms) if f else None for f, _ in _pairs(found)], dtype="object")
-    summ["phase_fit_ends"] = pd.Series([list(f.ends) if f else [] for f, _ in _pairs(found)], dtype="object")
-    summ["phase_logit"] = pd.Series([z for _, z in _pairs(found)], dtype="object")
+    summ["phase_rms"] = pd.Series([list(f.rms) if f else None for f, _ in found], dtype="object")
+    summ["phase_fit_ends"] = pd.Series([list(f.ends) if f else [] for f, _ in found], dtype="object")
+    summ["phase_logit"] = pd.Series([z for _, z in found], dtype="object")
     summ["late_exponent"] = late_exponent(tl, t_ep)
     if "trace_query_loss" in sh:
         summ["t_escape"] = escape_time(sh["trace_query_loss"], sh["trace_zero_loss"],
@@ -364,7 +359,7 @@ def summary_table(sh: dict) -> pd.DataFrame:
         q_ep = t_ep if "trace_q_features" in sh else ep
         for k in range(MAX_PHASES):
             ends = [[0.0, *(f.ends[k] if f else []), float(t_ep[phase_window(l, r)])]
-                    for (f, _), l, r in zip(_pairs(found), tl, ref)]
+                    for (f, _), l, r in zip(found, tl, ref)]
             for r, rates in enumerate(phase_rates(q, q_ep, ends)):
                 by_count[r].append(rates)
     summ["qoff_rates_by_count"] = pd.Series(by_count, dtype="object")
