@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from icl.jobs.errors import ConfigError
-from icl.settings import Tokens, Train
+from icl.settings import Prompts, Tokens, Train
 from icl.sweep import apply_override, sweep_axes
 
 
@@ -163,6 +163,34 @@ def check_experiment(exp: dict, name: str | None = None) -> None:
     if (tr.batch_size or 0) > exp["prompts"]["train"]:
         raise ConfigError(f"{where}.train.batch_size: {tr.batch_size} is larger than prompts.train={exp['prompts']['train']}")
     _training_options_ok(where, exp)
+    _prompt_form_ok(where, exp)
+
+
+def _prompt_form_ok(where: str, exp: dict) -> None:
+    """The token form stores every token, so its context has a ceiling; the count form draws a prompt
+    as its counts, which only a noiseless discrete prompt is and only a model that reads counts sees
+    whole, and which stays fixed (no fresh prompts or curriculum draw tokens as they go)."""
+    from icl.models import MODELS, kinds
+    p, tok = Prompts.of(exp["prompts"]), Tokens.of(exp["tokens"])
+    if not p.counts:
+        if p.N > Prompts.TOKEN_MAX_N:
+            raise ConfigError(f"{where}.prompts.N: {p.N} tokens a prompt is beyond the token form's {Prompts.TOKEN_MAX_N} "
+                              "(every token drawn and stored); allowed: N <= 100000, or prompts.form: counts for "
+                              f"models that read counts ({', '.join(sorted(kinds('reads_counts')))}) on noiseless "
+                              "discrete tokens")
+        return
+    if not tok.discrete or tok.noise:
+        raise ConfigError(f"{where}.prompts.form: counts draws a prompt as its features' counts, which needs noiseless "
+                          f"discrete tokens (tokens.kind: discrete, noise: 0); here tokens.kind is {tok.kind!r}"
+                          + (f" with noise {tok.noise:g}" if tok.noise else ""))
+    tokenwise = sorted({m["kind"] for m in exp["models"] if not MODELS[m["kind"]].reads_counts})
+    if tokenwise:
+        raise ConfigError(f"{where}.prompts.form: counts, and the model kind(s) {', '.join(tokenwise)} read every token; "
+                          f"allowed: form: counts with {', '.join(sorted(kinds('reads_counts')))} only (or form: tokens)")
+    tr = Train.of(exp["train"])
+    if tr.fresh or tr.curriculum:
+        raise ConfigError(f"{where}.prompts.form: counts keeps one drawn set of prompts; train.fresh and "
+                          "train.curriculum draw tokens as training goes (allowed: form: counts without them)")
 
 
 def _training_options_ok(where: str, exp: dict) -> None:

@@ -11,9 +11,8 @@ import os
 import numpy as np
 
 from icl.store.files import atomic_path, move_aside
-from icl.settings import Train
+from icl.settings import Prompts, Tokens, Train
 from icl.tasks import sample_labels   # each task family draws its own labels (icl/tasks.py)
-from icl.settings import Tokens
 
 STREAM_FEATURES, STREAM_TRAIN, STREAM_TEST = 0, 1, 2
 STREAM_EVAL = 100_000        # + cell index: evaluation prompts under shift (icl.evaluate.cells)
@@ -129,6 +128,8 @@ def make_split(spec: dict, feats, n_prompts: int, stream: int, tokens: bool = Tr
     g = rng(spec["seed"], stream)
     n_tok = spec["prompts"]["N"] + 1
     tok = spec["tokens"]
+    if Prompts.of(spec["prompts"]).counts:
+        return draw_counts(spec, feats, n_prompts, g)
     if tokens_are_features(tok):
         idx = feature_indices(tok, n_prompts, n_tok, g)
         at_features = sample_labels(spec["task"], np.broadcast_to(feats, (n_prompts, *feats.shape)), g)
@@ -137,6 +138,20 @@ def make_split(spec: dict, feats, n_prompts: int, stream: int, tokens: bool = Tr
     x, idx = sample_tokens(tok, feats, n_prompts, n_tok, g)
     y = sample_labels(spec["task"], x, g)
     return {"x": x.astype(np.float32), "y": y.astype(np.float32), "feat": idx.astype(np.int16)}
+
+
+def draw_counts(spec: dict, feats, n_prompts: int, g: np.random.Generator) -> dict:
+    """The count form (prompts.form: counts): each prompt's context as its feature counts, drawn as
+    one multinomial of N over p (what counting N tokens drawn one by one with p gives), the query's
+    feature as one token is drawn (feature_indices), and the labels at the K features (the task's
+    function evaluated once, as the token form does before picking per token). The same law as the
+    token form's (tests/test_counts.py), other draws, O(K) per prompt whatever N."""
+    tok = spec["tokens"]
+    p = feature_probs(tok)
+    counts = g.multinomial(spec["prompts"]["N"], p / p.sum(), size=n_prompts)
+    query = feature_indices(tok, n_prompts, 1, g)[:, 0]
+    labels = sample_labels(spec["task"], np.broadcast_to(feats, (n_prompts, *feats.shape)), g)
+    return {"counts": counts.astype(np.int32), "labels": labels.astype(np.float32), "query": query.astype(np.int16)}
 
 
 def curriculum_stage(spec: dict, step: int) -> dict | None:
@@ -168,8 +183,11 @@ def make_dataset(spec: dict, tokens: bool = True) -> dict:
 def prompt_file_bytes(spec: dict) -> int:
     """One run's prompts as they are drawn, written and read back: labels (float32) and feature
     indices (int16) of every token, and the tokens (float32) where they are not their features'
-    rows. Training holds a group of these while it prepares the model's form (icl.train.loop)."""
+    rows; in the count form K counts and labels a prompt, whatever N. Training holds a group of
+    these while it prepares the model's form (icl.train.loop)."""
     p, tok = spec["prompts"], spec["tokens"]
+    if Prompts.of(p).counts:      # counts (int32) and labels (float32) per feature, the query's feature (int16)
+        return (p["train"] + p["test"]) * (8 * tok["K"] + 2)
     return (p["train"] + p["test"]) * (p["N"] + 1) * (4 + 2 + (0 if tokens_are_features(tok) else 4 * tok["d"]))
 
 

@@ -4,7 +4,7 @@ schema itself, so a section made by hand reads as a validated one), or, for a tr
 absence means "off" (and which the schema leaves out so that setting it changes run ids only where
 it is set), beside its field here. No code reads these sections with .get(key, default)
 (tests/test_layers.py checks), so the schema and the code cannot disagree about a default. The
-prompts section has no optional setting (N, train and test are required)."""
+prompts section's one optional setting, `form`, is absent unless set (so existing run ids stay)."""
 from __future__ import annotations
 
 import math
@@ -79,6 +79,28 @@ class Train:
         not a setting silently ignored."""
         _known(cls, section, "train")
         return cls(**{**section, **({"llc": LLC.of(section["llc"])} if "llc" in section else {})})
+
+
+@dataclass(frozen=True)
+class Prompts:
+    """A run's `prompts` section. `form: counts` draws each prompt as its context's feature counts
+    (a multinomial of N over p) and the labels at the features (icl.data.make_split): memory and
+    time independent of N, for models that read a prompt only through its counts."""
+    N: int
+    train: int | None = None                # required by the schema; a helper may be given a part
+    test: int | None = None                 # required by the schema
+    form: str = "tokens"                    # absent: every token drawn
+
+    TOKEN_MAX_N = 100_000                   # the token form's largest context (tokens drawn and stored one by one)
+
+    @classmethod
+    def of(cls, section: dict) -> "Prompts":
+        _known(cls, section, "prompts")
+        return cls(**section)
+
+    @property
+    def counts(self) -> bool:
+        return self.form == "counts"
 
 
 @dataclass(frozen=True)

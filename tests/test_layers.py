@@ -222,16 +222,27 @@ def test_the_tokens_section_is_read_through_its_typed_settings():
         Tokens.of({"kind": "random_covariance", "d": 4, "sclae": 2.0})
 
 
-def test_the_prompts_section_has_no_setting_with_a_default():
-    """The prompts section is read by key, not through a dataclass: its settings (N, train, test) are
-    all required by the schema, so no default exists for the code to disagree with. A prompts
-    setting with a default would need its field in icl.settings, as the train and tokens sections'."""
+def test_the_prompts_section_is_read_through_its_typed_settings():
+    """The prompts section's required settings (N, train, test) have no default; its one optional
+    setting, form, has none in the schema either (absent, so existing run ids stay) and its absence
+    means tokens beside its field in icl.settings.Prompts; every setting the schema allows has a field."""
+    import re
     import yaml
+    from icl.settings import Prompts
     schema = yaml.safe_load((PKG / "schema" / "config.schema.yaml").read_text())
     prompts = next(e["properties"]["prompts"] for e in _objects(schema) if "prompts" in e.get("properties", {})
                    and e["properties"]["prompts"].get("required"))
-    assert set(prompts["required"]) == set(prompts["properties"]) == {"N", "train", "test"}, prompts
+    assert set(prompts["required"]) == {"N", "train", "test"}, prompts
+    assert set(prompts["properties"]) == set(Prompts.__dataclass_fields__), prompts
     assert not [k for k, v in prompts["properties"].items() if "default" in v]
+    assert Prompts.of({"N": 4, "train": 1, "test": 1}).form == "tokens" and not Prompts.of(
+        {"N": 4, "train": 1, "test": 1}).counts
+    with pytest.raises(ValueError, match=r"prompts: settings \['from'\] have no field"):
+        Prompts.of({"N": 4, "train": 1, "test": 1, "from": "counts"})
+    pattern = re.compile(r'\["prompts"\]\.get\(')        # a Batch's `prompts` (tensors) is no section
+    found = [f"{p.relative_to(PKG)}:{i}" for p in PKG.rglob("*.py") if p.name != "settings.py"
+             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not found, found
 
 
 def _objects(node):

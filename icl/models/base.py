@@ -89,6 +89,9 @@ def count_batch(arrays, diagnose: bool, K: int) -> Batch:
     of its context tokens of each feature, and the query's feature; the tokens themselves are
     never read. Every token of feature k in a prompt is the same (v_k, f(v_k)), so a model whose
     context enters through a softmax over tokens sees a prompt exactly through (n, S)."""
+    drawn = drawn_counts(arrays)
+    if drawn is not None:
+        return _drawn_count_batch(*drawn, arrays("features"), diagnose)
     feat, y, V = arrays("feat").long(), arrays("y"), arrays("features")
     ctx = feat[:, :, :-1]
     zeros = torch.zeros(*ctx.shape[:2], K, dtype=y.dtype, device=y.device)
@@ -101,6 +104,36 @@ def count_batch(arrays, diagnose: bool, K: int) -> Batch:
         dist = torch.gather(torch.bmm(query, D), 2, ctx)                     # per token, as nearest_tokens
         near = torch.gather(ctx, 2, nearest(dist, knn_count(ctx.shape[2])))
         prompts["near"] = zeros.scatter_add(2, near, torch.ones_like(near, dtype=y.dtype))
+    return Batch(prompts, {"features": V})
+
+
+def drawn_counts(arrays):
+    """(counts, labels at the features, query feature) of prompts drawn in the count form
+    (prompts.form: counts), None for prompts drawn token by token."""
+    try:
+        return arrays("counts"), arrays("labels"), arrays("query").long()
+    except KeyError:
+        return None
+
+
+def _drawn_count_batch(counts, labels, q, V, diagnose: bool) -> Batch:
+    """count_batch's arrays from prompts drawn as counts: S_k = n_k·f(v_k), the target f(v_query).
+    Their tokens have no positions, so `near` (the query's N/10 nearest tokens, ties broken by
+    position in the token form) is its expectation over the tokens' order: the features nearer the
+    query taken whole, the tied ones in proportion to their counts (the hypergeometric mean)."""
+    n = counts.to(labels.dtype)
+    query = torch.nn.functional.one_hot(q, n.shape[-1]).to(n.dtype)
+    prompts = {"n": n, "S": n * labels, "absent": n == 0, "query": query,
+               "target": torch.gather(labels, 2, q.unsqueeze(-1))[..., 0]}
+    if diagnose:
+        D = ((V.unsqueeze(1) - V.unsqueeze(2)) ** 2).sum(-1)                 # [r, j, k] = |v_k - v_j|^2
+        dist = torch.bmm(query, D)                                           # [r, b, k]: feature k's distance
+        closer = (dist.unsqueeze(-1) < dist.unsqueeze(-2)).to(n.dtype)      # [r, b, k', k]: k' nearer than k
+        tied = (dist.unsqueeze(-1) == dist.unsqueeze(-2)).to(n.dtype)
+        before = torch.einsum("rbjk,rbj->rbk", closer, n)
+        level = torch.einsum("rbjk,rbj->rbk", tied, n)
+        take = (knn_count(int(n[0, 0].sum())) - before).clamp(min=0)
+        prompts["near"] = n * torch.minimum(take, level) / level.clamp_min(1)
     return Batch(prompts, {"features": V})
 
 
@@ -140,6 +173,8 @@ class Model(Memory):
                                # mean-field flow, collapse clock and the shift invariance of GD on its logits apply
     has_positions = False      # a positional embedding setting (`positional`): ZFB §5's GPT claims (the length spike)
     nonlinear = False          # a deep nonlinear network with no closed-form theory (the block, the GPT)
+    reads_counts = False       # reads a noiseless discrete prompt only through its per-feature counts and labels
+                               # (the count form), so its prompts may be drawn as counts (prompts.form: counts)
     column_types: dict = {}    # runs.parquet columns of the kind's settings: name -> pandas dtype
 
     # ---- the kind, asked by the plan, the tables and the report (run specs, no instance)

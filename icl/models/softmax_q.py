@@ -37,6 +37,7 @@ class SoftmaxQ(Model):
     linear_in_labels = True
     label_average = True
     mean_field = True
+    reads_counts = True
 
     @classmethod
     def prompt_floats(cls, spec: dict, diagnose: bool) -> float:

@@ -162,8 +162,10 @@ def train_counts(spec: dict) -> tuple[np.ndarray, np.ndarray]:
     for each epoch's prompts, drawn from the same law)."""
     from icl.data import STREAM_TRAIN, make_split
     tok = spec["tokens"]
-    feat = make_split(spec, features(tok, spec["seed"]), spec["prompts"]["train"], STREAM_TRAIN, tokens=False)["feat"]
-    feat = feat.astype(np.int64)
+    drawn = make_split(spec, features(tok, spec["seed"]), spec["prompts"]["train"], STREAM_TRAIN, tokens=False)
+    if "counts" in drawn:                  # prompts.form: counts
+        return drawn["counts"].astype(np.int64), drawn["query"].astype(np.int64)
+    feat = drawn["feat"].astype(np.int64)
     counts = (feat[:, :-1, None] == np.arange(tok["K"])).sum(1)
     return counts, feat[:, -1]
 

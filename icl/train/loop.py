@@ -51,12 +51,29 @@ def reference_losses(split: str, arrays: dict) -> dict:
     test prompts, of the feature oracle (discrete tokens only). Claims measure a model's learning
     against these, not against its own initial loss, which a random head can put anywhere."""
     from icl.evaluate.baselines import REGISTRY
+    if f"{split}_counts" in arrays:
+        return _count_references(split, arrays)
     y = arrays[f"{split}_y"].astype(float)
     half_mse = lambda pred: 0.5 * float(np.mean((pred - y[:, -1]) ** 2))
     out = {f"uniform_{split}_loss": half_mse(REGISTRY["uniform_attention"].predict(None, y, None, 0, None))}
     feat = arrays.get(f"{split}_feat")
     if split == "test" and feat is not None and (feat >= 0).all():
         out["oracle_test_loss"] = half_mse(REGISTRY["feature_oracle"].predict(None, y, feat, 0, None))
+    return out
+
+
+def _count_references(split: str, arrays: dict) -> dict:
+    """reference_losses of prompts drawn as counts: uniform attention predicts the context's mean
+    label Σ n_k f_k / N; the feature oracle the mean label of the query's feature's tokens, f_query
+    (labels are the task's function at the features), the context's mean where none is present."""
+    n, f = arrays[f"{split}_counts"].astype(float), arrays[f"{split}_labels"].astype(float)
+    q = arrays[f"{split}_query"].astype(np.int64)
+    target = np.take_along_axis(f, q[:, None], 1)[:, 0]
+    uniform = (n * f).sum(1) / n.sum(1)
+    out = {f"uniform_{split}_loss": 0.5 * float(np.mean((uniform - target) ** 2))}
+    if split == "test":
+        present = np.take_along_axis(n, q[:, None], 1)[:, 0] > 0
+        out["oracle_test_loss"] = 0.5 * float(np.mean((np.where(present, target, uniform) - target) ** 2))
     return out
 
 
