@@ -73,6 +73,24 @@ def test_universal_flow_is_the_theory_flow_at_the_runs_own_step(L, c, delta, eta
     np.testing.assert_allclose(own[0], [np.mean(np.diag(a)) for a in attn], rtol=1e-10)
 
 
+def test_uniform_flow_from_one_query_is_the_flow_over_all_queries():
+    """At uniform p the features are exchangeable, so universal_flows' one prompt (query 0, weight 1/K)
+    is the flow over all K queries, integrated independently here, to rounding; non-uniform p keeps
+    every query (its flow differs from the uniform one)."""
+    from icl.theory.flows import count_flows
+    for K in (4, 16):
+        p, steps = np.full(K, 1 / K), np.array([3.0, 40.0, 200.0])
+        loss, own = collapse.universal_flows(K, p, steps, 300)
+        G = np.broadcast_to(np.eye(K), (3, K, K))
+        D = np.broadcast_to(collapse.diff_cov(np.eye(K) / 2.0), (3, K, K, K))
+        full, full_own = count_flows(G, D, np.broadcast_to(np.tile(p, (K, 1)), (3, K, K)),
+                                     np.broadcast_to(np.arange(K), (3, K)), np.broadcast_to(p, (3, K)), steps, 300)
+        np.testing.assert_allclose(loss, full / full[:, :1], rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(own, full_own, rtol=1e-12)
+    skewed, _ = collapse.universal_flows(4, np.array([0.4, 0.3, 0.2, 0.1]), np.array([40.0]), 300)
+    assert np.abs(skewed - collapse.universal_flows(4, np.full(4, 0.25), np.array([40.0]), 300)[0]).max() > 1e-3
+
+
 def test_continuous_time_is_the_small_step_limit():
     """The continuous flow's τ to half its start: the theory's integrator at a fortieth of its step
     agrees within 1e-3; a step of a fifth of that time moves the crossing, but by under 1 % (the
@@ -141,6 +159,57 @@ def test_theorem_1_bound_fails_where_the_flow_needs_a_growing_constant(monkeypat
     r = bound_along_K(Setting("softmax_q", "", _flow_K_runs()))[0]
     assert r["verdict"] == FAILS and r["against"] == "theorem", r
     assert r["ci_lo"] > 0
+
+
+def _inside_runs(Ks=(8, 16, 32), grow: float = 0.0, seeds=range(5), T_noise: float = 0.03):
+    """ldl_flow_K's runs as count-drawn prompts make them (N = 80K³, δ = min p_k / 2, lr 16, L = c = 2
+    and 4, 64 prompts, five seeds): each run's time to ε = 1/K is its own sampled-count flow's, as the
+    runs follow it (each seed its own draw of the counts), times a run-to-run spread of `T_noise` in log
+    (the labels' draw the flow averages over) and, where `grow` > 0, (K/8)^grow more."""
+    g = np.random.default_rng(7)
+    rows = []
+    for K in Ks:
+        V = _V(K=K, d=64)
+        for L in (2.0, 4.0):
+            rate = ldl.collapse_rate(V, cosine_label_cov(V, L, L), 16.0)
+            for seed in seeds:
+                T = collapse.sampled_flow_time(K, np.full(K, 1 / K), rate, 80 * K ** 3, 64, 100 + seed, 1 / K ** 2)
+                rows.append({"run_id": f"K{K}L{L}s{seed}", "model": "softmax_q", "model_kind": "softmax_q",
+                             "optimizer": "gd", "lr": 16.0, "seed": seed, "L": L, "c": L, "K": K, "d": 64,
+                             "delta": 3.0, "N": 80 * K ** 3, "M": 64, "token_kind": "discrete", "noise": 0.0,
+                             "one_clock": True, "clock_per_epoch": rate,
+                             "t_one_over_K": T * (K / 8) ** grow * math.exp(T_noise * g.standard_normal())})
+    return pd.DataFrame(rows)
+
+
+def test_theorem_1_bound_on_runs_inside_its_hypotheses():
+    """Runs at N = 80K³ get a row of their own beside the flow's: per seed the slope of log C on log K,
+    its mean over five seeds inside the band (the constant falls, as on the flow); the runs that crossed
+    in fewer than 5 steps (K = 8 at L = 4, about 3 epochs) are left out and counted; the flow's row
+    points at it instead of calling the runs outside."""
+    rows = bound_along_K(Setting("softmax_q", "", _inside_runs()))
+    flow, runs = rows
+    assert "judged in the row beside" in flow["measurement"]
+    assert runs["group"].endswith("runs") and runs["verdict"] == HOLDS, runs
+    assert runs["ci_hi"] < 0 and "5 seeds" in runs["measurement"]
+    assert "left out: 5 runs crossed in fewer than 5 steps" in runs["measurement"]
+    assert "N ≥ K³: met (80×" in runs["hypotheses"]
+
+
+def test_theorem_1_bound_on_runs_fails_where_their_constant_grows():
+    """The same runs taking (K/8)^2.4 longer, a constant growing about as K^2.4: the runs' row does not
+    hold, against the theorem, while the flow's (the real flow) still holds."""
+    flow, runs = bound_along_K(Setting("softmax_q", "", _inside_runs(grow=2.4)))
+    assert flow["verdict"] == HOLDS
+    assert runs["verdict"] == FAILS and runs["against"] == "theorem" and runs["ci_lo"] > 0, runs
+
+
+def test_theorem_1_bound_on_runs_needs_runs_inside_and_seeds():
+    """Runs at N = 256 (outside δ < min p_k) get no row of their own; inside runs of two seeds read not
+    testable, naming the seeds."""
+    assert len(bound_along_K(Setting("softmax_q", "", _flow_K_runs()))) == 1
+    _, runs = bound_along_K(Setting("softmax_q", "", _inside_runs(seeds=range(2))))
+    assert runs["verdict"] == NOT_TESTABLE and "2 seeds" in runs["reason"]
 
 
 def test_bound_needs_three_K_on_one_clock():

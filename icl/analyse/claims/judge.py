@@ -203,6 +203,8 @@ def settings(runs: pd.DataFrame, axis=("L", "seed")) -> list[str]:
             continue                                    # the step the clock sets (icl.plan.shards.with_step); lr_ref names it
         if col == "lr" and _tied(runs, "lr", axis):
             continue                                    # one step per value of another setting (a zip): named by it
+        if any(_tied(runs[[col, kept]], col, axis) for kept in out):
+            continue                                    # one value per value of a setting kept (N zipped to K): named by it
         values = runs[col].astype(str)
         if values.nunique() < 2:
             continue

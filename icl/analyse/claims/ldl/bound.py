@@ -26,7 +26,7 @@ import pandas as pd
 
 from icl.analyse import fits
 from icl.analyse.claims import FAILS, NOT_TESTABLE, fmt
-from icl.analyse.claims.judge import Band, Choices, DEFAULT, judge, too_few_seeds
+from icl.analyse.claims.judge import Band, Choices, DEFAULT, join, judge, too_few_seeds
 from icl.analyse.claims.ldl.clock import on_one_clock
 from icl.analyse.claims.ldl.flow import THEOREM
 from icl.analyse.claims.ldl.flow_domain import BOUND_GROUP
@@ -71,7 +71,8 @@ def bound_along_K(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     meas = (f"the sampled-count flow (feature counts drawn at N = 80K³, {max(int(df['M'].iloc[0]), MIN_PROMPTS)} prompts, the "
             f"fastest run's step on the clock; {SEEDS} draws): " + "; ".join(at)
             + (f"; slope per draw {', '.join(f'{x:+.3f}' for x in slopes)}" if len(slopes) else "")
-            + f"; the runs (N = {int(df['N'].min())} to {int(df['N'].max())}) lie outside δ < min p_k and are not charged")
+            + ("; the runs inside the hypotheses are judged in the row beside" if any(_inside(r) for _, r in df.iterrows())
+               else f"; the runs (N = {int(df['N'].min())} to {int(df['N'].max())}) lie outside δ < min p_k and are not charged"))
     if (few := too_few_seeds(len(slopes))):
         r = s.row(CID, NOT_TESTABLE, group=GROUP, prediction=f"{pred} in {band.text(choices.band)}", measurement=meas, domain="",
                   reason=f"the flow reached ε = 1/K at every K in too few draws: {few}")
@@ -89,7 +90,69 @@ def bound_along_K(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     if v == FAILS:
         r["against"] = THEOREM
         r["reason"] += "; the theory's own dynamics inside every hypothesis need a constant that grows with K"
+    return [r, *_on_runs(s, Ks, pred, band, choices)]
+
+
+def _on_runs(s: Setting, Ks: list[int], pred: str, band: Band, choices: Choices) -> list[dict]:
+    """The same bound on the runs themselves where they are inside its hypotheses (δ ≤ DELTA_SHARE·min
+    p_k, which count-drawn prompts reach at N = 80K³): per run the constant its own time to ε = 1/K
+    needs (`t_one_over_K`, read every epoch, resolved at ≥ RESOLUTION steps), per seed the mean of
+    log C over its runs at each K (L moves only the step on one clock) and the slope of that on log K;
+    the mean slope over seeds judged as the flow's. No row where fewer than three K have runs inside."""
+    df = s.runs
+    inside = df[[_inside(g) for _, g in df.iterrows()]]
+    if inside["K"].nunique() < 3 or "t_one_over_K" not in inside:
+        return []
+    T = inside["t_one_over_K"].astype(float)
+    ok = inside[np.isfinite(T.to_numpy()) & fits.resolved(inside, "t_one_over_K").to_numpy()]
+    logC = pd.Series([math.log(needed_constant(float(r["t_one_over_K"]), float(r["lr"]), _dc(r), float(r["L"]),
+                                               float(r["delta"]), int(r["K"]), 1.0 / int(r["K"]))) for _, r in ok.iterrows()],
+                     index=ok.index, dtype=float)
+    per = logC.groupby([ok["seed"], ok["K"].astype(int)]).mean().unstack()
+    per = per.reindex(columns=Ks)
+    full = per.dropna()
+    logK = np.log(np.asarray(Ks, float))
+    slopes = np.array([fits._ols_slope(logK, row.to_numpy(float)) for _, row in full.iterrows()])
+    fast = int((np.isfinite(T.to_numpy()) & ~fits.resolved(inside, "t_one_over_K").to_numpy()).sum())
+    never = int((~np.isfinite(T.to_numpy())).sum())
+    lost = "; ".join(x for x in (f"{fast} run{'s' if fast != 1 else ''} crossed in fewer than {fits.RESOLUTION} steps "
+                                 "(the step's, not resolved)" if fast else "",
+                                 f"{never} run{'s' if never != 1 else ''} did not reach ε = 1/K by the last epoch"
+                                 if never else "") if x)
+    meas = (f"the runs inside the hypotheses (prompts drawn as feature counts, N = {int(inside['N'].min())} to "
+            f"{int(inside['N'].max())}, δ ≤ {DELTA_SHARE:g}·min p_k; {len(inside)} runs, {inside['seed'].nunique()} seeds): "
+            + "; ".join(f"K = {K}: C = {fmt(float(np.exp(per[K].median())))}" for K in Ks if per[K].notna().any())
+            + (f"; left out: {lost}" if lost else "")
+            + (f"; slope per seed {', '.join(f'{x:+.3f}' for x in slopes)}" if len(slopes) else ""))
+    hyp = (f"K ≥ 1/ε: ε = 1/K, met (1×); N ≥ K³: met ({fmt(float((inside['N'] / inside['K'].astype(float) ** 3).min()))}× "
+           f"at least); δ < min p_k: δ ≤ {DELTA_SHARE:g}·min p_k, met ({fmt(1 / DELTA_SHARE)}×)")
+    run_pred = f"{pred} in {band.text(choices.band)}, on the runs"
+    if (few := too_few_seeds(len(slopes))):
+        r = s.row(CID, NOT_TESTABLE, group=join(GROUP, "runs"), prediction=run_pred, measurement=meas, domain="",
+                  reason=f"the runs reached ε = 1/K at every K in too few seeds: {few}")
+        r["hypotheses"] = hyp
+        return [r]
+    m, lo, hi = mean_interval(slopes)
+    v, why = judge(lo, hi, band, choices, "the slope of the needed constant")
+    r = s.row(CID, v, group=join(GROUP, "runs"), prediction=run_pred, value=m, ci_lo=lo, ci_hi=hi, reason=why, domain="",
+              measurement=meas + f"; mean {m:+.3f} [{fmt(lo)}, {fmt(hi)}] (95% Student-t interval over {len(slopes)} seeds)",
+              eps=1.0 / max(Ks))
+    r["hypotheses"] = hyp
+    r["_flow"] = True            # inside by construction, the statement above says so (hypotheses.charge skips it)
+    if v == FAILS:
+        r["against"] = THEOREM
+        r["reason"] += "; runs inside every hypothesis need a constant that grows with K"
     return [r]
+
+
+def _dc(r) -> float:
+    return math.sqrt(20 * int(r["K"]) / float(r["N"]))
+
+
+def _inside(r) -> bool:
+    """Whether a run meets δ = sqrt(20K/N) ≤ DELTA_SHARE·min p_k (with room for N's rounding up)."""
+    p = probs_of(pd.DataFrame([r]))
+    return _dc(r) <= DELTA_SHARE * float(p.min() / p.sum()) * (1 + 1e-9)
 
 
 def _constants(df: pd.DataFrame, Ks: list[int]) -> tuple[np.ndarray, list[str]]:
