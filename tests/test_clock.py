@@ -178,7 +178,8 @@ def _inside_runs(Ks=(8, 16, 32), grow: float = 0.0, seeds=range(5), T_noise: flo
                              "optimizer": "gd", "lr": 16.0, "seed": seed, "L": L, "c": L, "K": K, "d": 64,
                              "delta": 3.0, "N": 80 * K ** 3, "M": 64, "token_kind": "discrete", "noise": 0.0,
                              "one_clock": True, "clock_per_epoch": rate,
-                             "t_one_over_K": T * (K / 8) ** grow * math.exp(T_noise * g.standard_normal())})
+                             "t_one_over_K": T * (K / 8) ** grow * math.exp(T_noise * g.standard_normal()),
+                             "t_two_over_K": T / 2 * (K / 8) ** grow * math.exp(T_noise * g.standard_normal())})
     return pd.DataFrame(rows)
 
 
@@ -194,6 +195,14 @@ def test_theorem_1_bound_on_runs_inside_its_hypotheses():
     assert runs["ci_hi"] < 0 and "5 seeds" in runs["measurement"]
     assert "left out: 5 runs crossed in fewer than 5 steps" in runs["measurement"]
     assert "N ≥ K³: met (80×" in runs["hypotheses"]
+    # the ε = 2/K reading recomputed here: per seed, mean log C at each K over its resolved runs, slope on log K
+    df = _inside_runs()
+    df = df[df["t_two_over_K"] >= 5]
+    C = np.log(df["t_two_over_K"] * 16.0 * (20 / (80 * df["K"] ** 2)) * df["L"] ** 2 * 9.0
+               / (df["K"] * np.log(df["K"] ** 2 / 2.0)))
+    per = C.groupby([df["seed"], df["K"]]).mean().unstack().dropna()
+    want = np.mean([np.polyfit(np.log(per.columns.to_numpy(float)), row.to_numpy(float), 1)[0] for _, row in per.iterrows()])
+    assert f"at ε = 2/K (K ≥ 1/ε at its constant ×2) the slope is {want:+.3f}" in runs["measurement"], runs["measurement"]
 
 
 def test_theorem_1_bound_on_runs_fails_where_their_constant_grows():

@@ -324,9 +324,10 @@ def summary_table(sh: dict) -> pd.DataFrame:
         summ["t_phase_one"] = level_time(own, t_ep, level)
         # Theorem 1 at ε = 1/K: its loss ≤ ε² read against the start, every epoch (icl.analyse.claims.ldl.bound)
         summ["t_one_over_K"] = crossing_time(ratio, t_ep, 1.0 / int(sh["tokens_K"]) ** 2)
+        summ["t_two_over_K"] = crossing_time(ratio, t_ep, min(1.0, 2.0 / int(sh["tokens_K"])) ** 2)   # K ≥ 1/ε at ×2
     else:
         summ["t_phase_one"] = np.nan
-        summ["t_one_over_K"] = np.nan
+        summ["t_one_over_K"] = summ["t_two_over_K"] = np.nan
     found = phase_fits(tl, own, t_ep, ref)      # counted against the seeds' spread by phases_over_seeds
     summ["phase_rms"] = pd.Series([list(f.rms) if f else None for f, _ in found], dtype="object")
     summ["phase_fit_ends"] = pd.Series([list(f.ends) if f else [] for f, _ in found], dtype="object")

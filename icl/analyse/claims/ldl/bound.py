@@ -98,32 +98,24 @@ def _on_runs(s: Setting, Ks: list[int], pred: str, band: Band, choices: Choices)
     p_k, which count-drawn prompts reach at N = 80K³): per run the constant its own time to ε = 1/K
     needs (`t_one_over_K`, read every epoch, resolved at ≥ RESOLUTION steps), per seed the mean of
     log C over its runs at each K (L moves only the step on one clock) and the slope of that on log K;
-    the mean slope over seeds judged as the flow's. No row where fewer than three K have runs inside."""
+    the mean slope over seeds judged as the flow's. The same at ε = 2/K (`t_two_over_K`: K ≥ 1/ε at its
+    constant ×2) is given beside it. No row where fewer than three K have runs inside."""
     df = s.runs
     inside = df[[_inside(g) for _, g in df.iterrows()]]
     if inside["K"].nunique() < 3 or "t_one_over_K" not in inside:
         return []
-    T = inside["t_one_over_K"].astype(float)
-    ok = inside[np.isfinite(T.to_numpy()) & fits.resolved(inside, "t_one_over_K").to_numpy()]
-    logC = pd.Series([math.log(needed_constant(float(r["t_one_over_K"]), float(r["lr"]), _dc(r), float(r["L"]),
-                                               float(r["delta"]), int(r["K"]), 1.0 / int(r["K"]))) for _, r in ok.iterrows()],
-                     index=ok.index, dtype=float)
-    per = logC.groupby([ok["seed"], ok["K"].astype(int)]).mean().unstack()
-    per = per.reindex(columns=Ks)
-    full = per.dropna()
-    logK = np.log(np.asarray(Ks, float))
-    slopes = np.array([fits._ols_slope(logK, row.to_numpy(float)) for _, row in full.iterrows()])
-    fast = int((np.isfinite(T.to_numpy()) & ~fits.resolved(inside, "t_one_over_K").to_numpy()).sum())
-    never = int((~np.isfinite(T.to_numpy())).sum())
-    lost = "; ".join(x for x in (f"{fast} run{'s' if fast != 1 else ''} crossed in fewer than {fits.RESOLUTION} steps "
-                                 "(the step's, not resolved)" if fast else "",
-                                 f"{never} run{'s' if never != 1 else ''} did not reach ε = 1/K by the last epoch"
-                                 if never else "") if x)
+    per, slopes, lost = _run_slopes(inside, Ks, "t_one_over_K", 1.0)
     meas = (f"the runs inside the hypotheses (prompts drawn as feature counts, N = {int(inside['N'].min())} to "
             f"{int(inside['N'].max())}, δ ≤ {DELTA_SHARE:g}·min p_k; {len(inside)} runs, {inside['seed'].nunique()} seeds): "
             + "; ".join(f"K = {K}: C = {fmt(float(np.exp(per[K].median())))}" for K in Ks if per[K].notna().any())
             + (f"; left out: {lost}" if lost else "")
             + (f"; slope per seed {', '.join(f'{x:+.3f}' for x in slopes)}" if len(slopes) else ""))
+    if "t_two_over_K" in inside:
+        _, twice, _ = _run_slopes(inside, Ks, "t_two_over_K", 2.0)
+        if len(twice) >= MIN_SEEDS:
+            m2, lo2, hi2 = mean_interval(twice)
+            meas += (f"; at ε = 2/K (K ≥ 1/ε at its constant ×2) the slope is {m2:+.3f} [{fmt(lo2)}, {fmt(hi2)}] over "
+                     f"{len(twice)} seeds")
     hyp = (f"K ≥ 1/ε: ε = 1/K, met (1×); N ≥ K³: met ({fmt(float((inside['N'] / inside['K'].astype(float) ** 3).min()))}× "
            f"at least); δ < min p_k: δ ≤ {DELTA_SHARE:g}·min p_k, met ({fmt(1 / DELTA_SHARE)}×)")
     run_pred = f"{pred} in {band.text(choices.band)}, on the runs"
@@ -135,7 +127,8 @@ def _on_runs(s: Setting, Ks: list[int], pred: str, band: Band, choices: Choices)
     m, lo, hi = mean_interval(slopes)
     v, why = judge(lo, hi, band, choices, "the slope of the needed constant")
     r = s.row(CID, v, group=join(GROUP, "runs"), prediction=run_pred, value=m, ci_lo=lo, ci_hi=hi, reason=why, domain="",
-              measurement=meas + f"; mean {m:+.3f} [{fmt(lo)}, {fmt(hi)}] (95% Student-t interval over {len(slopes)} seeds)",
+              measurement=meas.replace("; slope per seed", "; at ε = 1/K the slope per seed", 1)
+              + f"; mean at ε = 1/K {m:+.3f} [{fmt(lo)}, {fmt(hi)}] (95% Student-t interval over {len(slopes)} seeds)",
               eps=1.0 / max(Ks))
     r["hypotheses"] = hyp
     r["_flow"] = True            # inside by construction, the statement above says so (hypotheses.charge skips it)
@@ -143,6 +136,28 @@ def _on_runs(s: Setting, Ks: list[int], pred: str, band: Band, choices: Choices)
         r["against"] = THEOREM
         r["reason"] += "; runs inside every hypothesis need a constant that grows with K"
     return [r]
+
+
+def _run_slopes(inside: pd.DataFrame, Ks: list[int], tcol: str, k_eps: float) -> tuple[pd.DataFrame, np.ndarray, str]:
+    """Per seed and K the mean log C of the runs' times `tcol` to ε = k_eps/K (runs crossing in fewer than
+    RESOLUTION steps, or never, left out), per seed with every K the slope of log C on log K, and what was
+    left out, in words."""
+    T = inside[tcol].astype(float).to_numpy()
+    res = fits.resolved(inside, tcol).to_numpy()
+    ok = inside[np.isfinite(T) & res]
+    logC = pd.Series([math.log(needed_constant(float(r[tcol]), float(r["lr"]), _dc(r), float(r["L"]), float(r["delta"]),
+                                               int(r["K"]), k_eps / int(r["K"]))) for _, r in ok.iterrows()],
+                     index=ok.index, dtype=float)
+    per = logC.groupby([ok["seed"], ok["K"].astype(int)]).mean().unstack().reindex(columns=Ks)
+    logK = np.log(np.asarray(Ks, float))
+    slopes = np.array([fits._ols_slope(logK, row.to_numpy(float)) for _, row in per.dropna().iterrows()])
+    fast, never = int((np.isfinite(T) & ~res).sum()), int((~np.isfinite(T)).sum())
+    eps = "1/K" if k_eps == 1 else f"{k_eps:g}/K"
+    lost = "; ".join(x for x in (f"{fast} run{'s' if fast != 1 else ''} crossed in fewer than {fits.RESOLUTION} steps "
+                                 "(the step's, not resolved)" if fast else "",
+                                 f"{never} run{'s' if never != 1 else ''} did not reach ε = {eps} by the last epoch"
+                                 if never else "") if x)
+    return per, slopes, lost
 
 
 def _dc(r) -> float:
