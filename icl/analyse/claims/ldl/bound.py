@@ -116,6 +116,9 @@ def _on_runs(s: Setting, Ks: list[int], pred: str, band: Band, choices: Choices)
             m2, lo2, hi2 = mean_interval(twice)
             meas += (f"; at ε = 2/K (K ≥ 1/ε at its constant ×2) the slope is {m2:+.3f} [{fmt(lo2)}, {fmt(hi2)}] over "
                      f"{len(twice)} seeds")
+        else:
+            meas += (f"; at ε = 2/K (K ≥ 1/ε at its constant ×2) {len(twice)} seed(s) crossed at every K in "
+                     f"{fits.RESOLUTION} steps or more, too few for a slope")
     hyp = (f"K ≥ 1/ε: ε = 1/K, met (1×); N ≥ K³: met ({fmt(float((inside['N'] / inside['K'].astype(float) ** 3).min()))}× "
            f"at least); δ < min p_k: δ ≤ {DELTA_SHARE:g}·min p_k, met ({fmt(1 / DELTA_SHARE)}×)")
     run_pred = f"{pred} in {band.text(choices.band)}, on the runs"
