@@ -5,6 +5,7 @@ two step sizes for the continuous limit, a hand-built covariance that breaks aI 
 test of the clock's hypothesis."""
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -203,6 +204,19 @@ def test_theorem_1_bound_on_runs_inside_its_hypotheses():
     per = C.groupby([df["seed"], df["K"]]).mean().unstack().dropna()
     want = np.mean([np.polyfit(np.log(per.columns.to_numpy(float)), row.to_numpy(float), 1)[0] for _, row in per.iterrows()])
     assert f"at ε = 2/K (K ≥ 1/ε at its constant ×2) the slope is {want:+.3f}" in runs["measurement"], runs["measurement"]
+    # each seed's slope and its curve of C against K are stored for the evidence figure, equal to a recomputation
+    df = _inside_runs()
+    df = df[df["t_one_over_K"] >= 5]
+    logC = np.log(df["t_one_over_K"] * 16.0 * (20 / (80 * df["K"] ** 2)) * df["L"] ** 2 * 9.0
+                  / (df["K"] * np.log(df["K"] ** 2.0)))
+    per = logC.groupby([df["seed"], df["K"]]).mean().unstack()
+    curve = json.loads(runs["curve"])
+    assert curve["xs"] == [8, 16, 32] and curve["log"]
+    for seed, row in per.iterrows():
+        assert curve["lines"][f"seed {seed}"] == pytest.approx(np.exp(row.to_numpy(float)), rel=1e-9)
+        assert json.loads(runs["seed_values"])[f"seed {seed}"] == pytest.approx(
+            np.polyfit(np.log([8.0, 16.0, 32.0]), row.to_numpy(float), 1)[0], rel=1e-9)
+    assert len(json.loads(flow["seed_values"])) == 5 and len(json.loads(flow["curve"])["lines"]) == 5
 
 
 def test_theorem_1_bound_on_runs_fails_where_their_constant_grows():

@@ -79,3 +79,23 @@ def test_a_row_judged_over_seeds_draws_each_seed():
     assert figs[0]["figure"].problems == []
     assert evidence.seed_values("") == {} and evidence.seed_values(None) == {}
 
+
+
+def test_a_row_read_off_a_curve_per_seed_draws_that_curve():
+    """ldl_flow_K's bound row on runs as the default run wrote it (the needed constant at K = 8, 16, 32
+    per seed): a figure of its own after the claim's strips, one line per seed through its stored values
+    on log axes; rows without a curve get none."""
+    lines = {"seed 0": [0.93, 0.61, 0.38], "seed 1": [0.90, 0.58, 0.37], "seed 2": [0.88, 0.62, 0.36]}
+    v = _rows().assign(curve=[claims.curve_json("K", "the needed constant C", [8, 16, 32], lines, log=True), "", ""])
+    figs = evidence.evidence_figures(v)
+    assert [e["anchor"] for e in figs] == ["evidence-ldl.faster_with_L.ext", "evidence-ldl.faster_with_L.ext-curve-0"]
+    curve = figs[1]["figure"]
+    drawn = pd.read_csv(io.StringIO(base64.b64decode(curve.csv).decode()))
+    for name, ys in lines.items():
+        got = drawn[drawn["series"] == name]
+        assert list(got["x"]) == [8, 16, 32] and list(got["y"]) == pytest.approx(ys)
+    assert curve.problems == []
+    assert figs[1]["rows"] == [] and evidence.links(figs) == {
+        "block|ldl.faster_with_L.ext|flat": "evidence-ldl.faster_with_L.ext",
+        "block|ldl.faster_with_L.ext|sharp": "evidence-ldl.faster_with_L.ext"}
+    assert len(evidence.evidence_figures(_rows())) == 1

@@ -1,7 +1,9 @@
 """The evidence of every decided row (issue 62): per claim one figure with a strip per decided row,
 its statistic and 95 % interval against the band its prediction allows, coloured by its verdict, and
-each seed's own value above it where the row was judged over seeds (verdicts' `seed_values`), so
-that a row's "holds" or "does not hold" can be seen, not only read. The verdict table links each
+each seed's own value above it where the row was judged over seeds (verdicts' `seed_values`), and,
+where a row's statistic is read off a curve per seed (verdicts' `curve`: a bound's needed constant
+against K), that curve per seed beside it, so that a row's "holds" or "does not hold" can be seen,
+not only read. The verdict table links each
 decided row to its claim's figure (`anchor`).
 
 The band is read back from the prediction, where icl.analyse.claims.judge.Band.text wrote it
@@ -47,6 +49,33 @@ def seed_values(text) -> dict[str, float]:
     if not isinstance(text, str) or not text:
         return {}
     return {k: float(v) for k, v in json.loads(text).items()}
+
+
+def curve_of(text) -> dict | None:
+    """A row's `curve` (icl.analyse.claims.curve_json), None where it has none."""
+    return json.loads(text) if isinstance(text, str) and text else None
+
+
+def curve_figure(row: dict, title: str) -> Figure | None:
+    """A decided row's claim-specific curve: the values its statistic was read from, one line per seed
+    (or draw), against their x (a bound's needed constant against K, log-log)."""
+    c = curve_of(row.get("curve"))
+    if not c:
+        return None
+    fig, ax = plt.subplots(figsize=(5.6, 3.4), layout="constrained")
+    colours = plt.get_cmap("tab10")
+    for i, (name, ys) in enumerate(c["lines"].items()):
+        ax.plot(c["xs"], ys, "o-", color=colours(i % 10), lw=1.2, ms=4, label=name)
+    if c.get("log"):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+    ax.set_xticks(c["xs"], [f"{x:g}" for x in c["xs"]])
+    ax.set_xlabel(c["x"], fontsize=8)
+    ax.set_ylabel(textwrap.fill(c["y"], 40), fontsize=8)
+    ax.set_title(textwrap.fill(f"{setting_words(row['group'])}: {row['verdict']}", 70), fontsize=8)
+    fig.legend(fontsize=7, loc="outside lower center", ncol=5, frameon=False)
+    fig.suptitle(title, fontsize=8, wrap=True)
+    return png(fig)
 
 
 def anchor(cid: str, part: int = 0) -> str:
@@ -130,6 +159,10 @@ def evidence_figures(verdicts: pd.DataFrame) -> list[dict]:
             out.append({"claim_id": cid, "anchor": anchor(cid, k), "title": title,
                         "figure": later(evidence_figure, part, title),
                         "rows": [link_key(r) for r in part.to_dict("records")]})
+        for i, r in enumerate(r for r in g.to_dict("records") if curve_of(r.get("curve"))):
+            title = f"{claim_words(cid)}: per seed, what the row's statistic is read from"
+            out.append({"claim_id": cid, "anchor": anchor(cid) + f"-curve-{i}", "title": title,
+                        "figure": later(curve_figure, r, title), "rows": []})
     return out
 
 

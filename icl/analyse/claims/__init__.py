@@ -4,6 +4,7 @@ results/<exp>/verdicts.parquet holds them. A verdict that no table could flip is
 every claim function has tests that make it hold, fail and be inconclusive."""
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
@@ -40,9 +41,12 @@ CLAIMS = {
 
 COLUMNS = ["experiment", "claim_id", "model", "group", "claim", "prediction", "measurement", "value", "ci_lo",
            "ci_hi", "verdict", "reason", "domain", "fragile", "scope", "flow_value", "flow_lo", "flow_hi", "against",
-           "hypotheses", "setting", "setting_hypotheses", "seed_values"]
+           "hypotheses", "setting", "setting_hypotheses", "seed_values", "curve"]
 # `seed_values`: a row judged over its seeds, each seed's own value as JSON {"seed": value} (the evidence
 # figure draws them beside the interval); empty where the row's statistic is not a mean over seeds.
+# `curve`: where a row's statistic is read off a curve per seed (a bound's needed constant against K), that
+# curve as JSON {"x": name, "y": name, "xs": [...], "lines": {"seed": [...]}, "log": bool} (curve_json); its
+# evidence figure draws it. Empty elsewhere.
 # `setting`, `setting_hypotheses`: the setting a row of LDL's claims belongs to and the theorems' hypotheses
 # there, one statement per setting (icl.analyse.claims.ldl.hypotheses.setting_statement); empty elsewhere
 # `hypotheses`, on a row of LDL's theorems and propositions: each hypothesis at the setting with unit
@@ -91,9 +95,15 @@ def base_id(claim_id: str) -> str:
 def table(experiment: str, rows: list[dict]) -> pd.DataFrame:
     """The verdict rows of one experiment as results/<exp>/verdicts.parquet holds them."""
     out = pd.DataFrame([{"experiment": experiment, **r} for r in rows], columns=COLUMNS)
-    text = ["setting", "setting_hypotheses", "seed_values"]
+    text = ["setting", "setting_hypotheses", "seed_values", "curve"]
     out[text] = out[text].astype(object).where(out[text].notna(), "")
     return out.astype({"against": "string", **{c: "string" for c in text}})
+
+
+def curve_json(x: str, y: str, xs, lines: dict, log: bool = False) -> str:
+    """A row's `curve`: per seed (or draw) the values its statistic was read from, at xs."""
+    return json.dumps({"x": x, "y": y, "xs": [float(v) for v in xs], "log": bool(log),
+                       "lines": {str(k): [float(v) for v in vals] for k, vals in lines.items()}})
 
 
 def count(n: int, noun: str, plural: str = "") -> str:

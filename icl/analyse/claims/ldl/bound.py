@@ -19,13 +19,14 @@ constant grows: the theory's own dynamics need more time than the bound allows).
 """
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pandas as pd
 
 from icl.analyse import fits
-from icl.analyse.claims import FAILS, NOT_TESTABLE, fmt
+from icl.analyse.claims import FAILS, NOT_TESTABLE, curve_json, fmt
 from icl.analyse.claims.judge import Band, Choices, DEFAULT, join, judge, too_few_seeds
 from icl.analyse.claims.ldl.clock import on_one_clock
 from icl.analyse.claims.ldl.flow import THEOREM
@@ -84,6 +85,9 @@ def bound_along_K(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
               reason=why, domain="", measurement=meas + f"; mean {m:+.3f} [{fmt(lo)}, {fmt(hi)}] (95% Student-t interval over "
                                              f"{len(slopes)} draws)", eps=1.0 / max(Ks))
     r["flow_value"], r["flow_lo"], r["flow_hi"] = m, lo, hi
+    r["seed_values"] = json.dumps({f"draw {i}": float(x) for i, x in zip(np.flatnonzero(ok), slopes)})
+    r["curve"] = curve_json("K", "the needed constant C (sampled-count flow, ε = 1/K)", Ks,
+                            {f"draw {i}": C[i] for i in np.flatnonzero(ok)}, log=True)
     r["_flow"] = True            # judged on the flow inside the hypotheses (icl.analyse.claims.ldl.hypotheses skips it)
     r["hypotheses"] = (f"K ≥ 1/ε: ε = 1/K, met (1×); N ≥ K³: N = 80K³, met (80×); δ < min p_k: δ = {DELTA_SHARE:g}·min "
                        f"p_k, met ({fmt(1 / DELTA_SHARE)}×)")
@@ -134,6 +138,10 @@ def _on_runs(s: Setting, Ks: list[int], pred: str, band: Band, choices: Choices)
               + f"; mean at ε = 1/K {m:+.3f} [{fmt(lo)}, {fmt(hi)}] (95% Student-t interval over {len(slopes)} seeds)",
               eps=1.0 / max(Ks))
     r["hypotheses"] = hyp
+    full = per.dropna()
+    r["seed_values"] = json.dumps({f"seed {k}": float(x) for k, x in zip(full.index, slopes)})
+    r["curve"] = curve_json("K", "the needed constant C (runs, ε = 1/K; the mean of log C over L)", Ks,
+                            {f"seed {k}": np.exp(row.to_numpy(float)) for k, row in full.iterrows()}, log=True)
     r["_flow"] = True            # inside by construction, the statement above says so (hypotheses.charge skips it)
     if v == FAILS:
         r["against"] = THEOREM
