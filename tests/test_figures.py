@@ -857,3 +857,39 @@ def test_curves_on_each_other_are_said_to_be():
     assert say_coinciding(ax) == [("L=1", "L=1.5 (on L=1's curve)")]
     assert [ln.get_label() for ln in ax.get_lines()][:4] == ["L=1", "L=1.5 (on L=1's curve)", "L=2", "L=0.4"]
     plt.close(fig)
+
+
+def test_a_v1_querys_scores_past_four_features_are_its_own_and_the_others_mean_and_largest():
+    """At K = 32 (ldl_flow_K's) one line per feature drew 32 lines in ten colours: the panel now draws
+    the own score and the other 31 features' mean and largest, per run and epoch, their medians over
+    the seeds equal to a recomputation from the table; at K = 4 each feature keeps its line."""
+    from icl.report import page as report
+    K, seeds = 32, 5
+    g = np.random.default_rng(0)
+    rows = []
+    for s in range(seeds):
+        w = g.uniform(0.5, 1.5, K - 1)                   # the others unequal, so mean and largest differ
+        for e in range(0, 50, 5):
+            own = 1 / K + (1 - 1 / K) * e / 50
+            rest = (1 - own) * w / w.sum()
+            rows += [{"run_id": f"r{s}", "epoch": e, "query_feature": 0, "key_feature": k,
+                      "attn": own if k == 0 else rest[k - 1]} for k in range(K)]
+    attn = pd.DataFrame(rows)
+    runs = pd.DataFrame({"run_id": [f"r{s}" for s in range(seeds)], "L": 2.0, "seed": range(seeds), "model": "m"})
+    f = report.attention_scores_figure(attn, runs, 2.0, K)
+    str(f)
+    ax = _panels(f.fig)[0]
+    from icl.report.figures import crowded_panels
+    assert len(_panels(f.fig)) == 1 and not crowded_panels(f.fig) and f.problems == [], f.problems
+    labels = _legend_texts(f.fig)
+    assert "the other 31 features' mean score" in labels and "the largest of the other 31" in labels
+    assert not any("Attn}_{2" in x for x in labels)
+    others = attn[attn["key_feature"] != 0].groupby(["run_id", "epoch"])["attn"]
+    for name, want in (("the other 31 features' mean score", others.mean()), ("the largest of the other 31", others.max())):
+        med = want.groupby("epoch").median()
+        line = next(ln for ln in ax.get_lines() if ln.get_gid() == f"{name} median")
+        np.testing.assert_allclose(line.get_ydata(), med.to_numpy(), rtol=1e-12)
+    small = attn[attn["key_feature"] < 4].assign(attn=lambda d: d["attn"])
+    f4 = report.attention_scores_figure(small, runs, 2.0, 4)
+    str(f4)
+    assert r"$\mathrm{Attn}_{4,1}$" in _legend_texts(f4.fig)

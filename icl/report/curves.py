@@ -182,16 +182,33 @@ def _loss_panel(ax, curves, lines, by, test, theory_curves, reference, markers) 
     return drew
 
 
+SCORES_EACH = 4    # features whose scores are drawn one by one; past it the others are drawn as their mean and largest
+
+
+def _scores(df: pd.DataFrame, K: int) -> list[tuple[str, pd.DataFrame]]:
+    """The score lines of a v₁ query: its own, and each other feature's where K ≤ SCORES_EACH; past
+    that (K = 32 drew 32 lines in ten colours) the other K − 1 features' mean and largest score per run
+    and epoch, which say the same where the others share one path (orthogonal, equidistant features
+    are exchangeable) and show it where they do not."""
+    own = [(r"$\mathrm{Attn}_{1}$ (own)", df[df["key_feature"] == 0])]
+    if K <= SCORES_EACH:
+        return own + [(rf"$\mathrm{{Attn}}_{{{k + 1},1}}$", df[df["key_feature"] == k]) for k in range(1, K)]
+    others = df[df["key_feature"] != 0].groupby(["run_id", "epoch"])["attn"]
+    return own + [(f"the other {K - 1} features' mean score", others.mean().reset_index()),
+                  (f"the largest of the other {K - 1}", others.max().reset_index())]
+
+
 def attention_scores_figure(attn, runs, L, K, tag: str = "") -> Figure:
-    """Attn_1 (own score of v_1) and Attn_{k,1}: mass a query with feature 1 puts on feature k;
-    1/K, uniform attention's (what every score reads when nothing is learned), as a level. Where
-    K scores times the settings of this L would put more than CROWDED lines on one panel, a panel
-    per setting, three a row."""
+    """Attn_1 (own score of v_1) and Attn_{k,1}: mass a query with feature 1 puts on feature k (past
+    SCORES_EACH features, the others' mean and largest: _scores); 1/K, uniform attention's (what every
+    score reads when nothing is learned), as a level. Where the lines times the settings of this L
+    would be more than CROWDED on one panel, a panel per setting, three a row."""
     mine = runs[runs["L"] == L]
     df = attn[attn["run_id"].isin(mine["run_id"]) & (attn["query_feature"] == 0)]
     keys = distinct_settings(mine, "L")
     settings = list(mine.groupby(keys, dropna=False)) if keys else []
-    panels = [(setting_label(keys, key), g) for key, g in settings] if K * len(settings) > CROWDED else [("", mine)]
+    lines = min(K, SCORES_EACH if K <= SCORES_EACH else 3)
+    panels = [(setting_label(keys, key), g) for key, g in settings] if lines * len(settings) > CROWDED else [("", mine)]
     ncol = min(3, len(panels))
     nrow = -(-len(panels) // ncol)
     one = len(panels) == 1
@@ -199,10 +216,8 @@ def attention_scores_figure(attn, runs, L, K, tag: str = "") -> Figure:
                              squeeze=False, sharex=True, sharey=True)
     pal, markers = QUALITATIVE, {}
     for ax, (name, rows) in zip(axes.ravel(), panels):
-        for k in range(K):
-            lab = r"$\mathrm{Attn}_{1}$ (own)" if k == 0 else rf"$\mathrm{{Attn}}_{{{k + 1},1}}$"
-            _persetting_label(ax, df[(df["key_feature"] == k) & df["run_id"].isin(rows["run_id"])], rows, "L", "epoch",
-                         "attn", lab, pal[k % len(pal)], log=False, markers=markers)
+        for k, (lab, scores) in enumerate(_scores(df[df["run_id"].isin(rows["run_id"])], K)):
+            _persetting_label(ax, scores, rows, "L", "epoch", "attn", lab, pal[k % len(pal)], log=False, markers=markers)
         ax.axhline(1 / K, **REFERENCE, label=f"1/K = {1 / K:.2g}: uniform attention\n(= nothing learned)")
         ax.set_ylim(-0.02, 1.02)
         if not one:
