@@ -93,8 +93,10 @@ def test_a_row_read_off_a_curve_per_seed_draws_that_curve():
     drawn = pd.read_csv(io.StringIO(base64.b64decode(curve.csv).decode()))
     for name, ys in lines.items():
         got = drawn[drawn["series"] == name]
-        assert list(got["x"]) == [8, 16, 32] and list(got["y"]) == pytest.approx(ys)
+        assert list(got["x"]) == [3, 4, 5] and list(got["y"]) == pytest.approx(ys)       # at log₂ K
     assert curve.problems == []
+    one = evidence.curve_figure(v.iloc[0].to_dict(), "t")           # labelled by K, drawn at log₂ K
+    assert [t.get_text() for t in one.fig.axes[0].get_xticklabels()] == ["8", "16", "32"]
     assert figs[1]["rows"] == [] and evidence.links(figs) == {
         "block|ldl.faster_with_L.ext|flat": "evidence-ldl.faster_with_L.ext",
         "block|ldl.faster_with_L.ext|sharp": "evidence-ldl.faster_with_L.ext"}

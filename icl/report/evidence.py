@@ -64,13 +64,14 @@ def curve_figure(row: dict, title: str) -> Figure | None:
         return None
     fig, ax = plt.subplots(figsize=(5.6, 3.4), layout="constrained")
     colours = plt.get_cmap("tab10")
-    for i, (name, ys) in enumerate(c["lines"].items()):
-        ax.plot(c["xs"], ys, "o-", color=colours(i % 10), lw=1.2, ms=4, label=name)
-    if c.get("log"):
-        ax.set_xscale("log", base=2)
+    log = bool(c.get("log"))
+    at = np.log2(c["xs"]) if log else np.asarray(c["xs"], float)    # a log x drawn at log₂ x, labelled by x:
+    for i, (name, ys) in enumerate(c["lines"].items()):              # figures.tidy relabels log axes in 1-2-5
+        ax.plot(at, ys, "o-", color=colours(i % 10), lw=1.2, ms=4, label=name)
+    if log:
         ax.set_yscale("log")
-    ax.set_xticks(c["xs"], [f"{x:g}" for x in c["xs"]])
-    ax.set_xlabel(c["x"], fontsize=8)
+    ax.set_xticks(at, [f"{x:g}" for x in c["xs"]])
+    ax.set_xlabel(c["x"] + (" (log scale)" if log else ""), fontsize=8)
     ax.set_ylabel(textwrap.fill(c["y"], 40), fontsize=8)
     ax.set_title(textwrap.fill(f"{setting_words(row['group'])}: {row['verdict']}", 70), fontsize=8)
     fig.legend(fontsize=7, loc="outside lower center", ncol=5, frameon=False)
