@@ -423,6 +423,30 @@ def test_runs_that_follow_their_flow_show_no_transition():
     assert "no transition in the swept range" in d.text()
 
 
+def test_the_steps_stability_edge_is_stated_beside_the_transition():
+    """The theory table's mf_step (η‖v‖⁴λ_max) as ldl_phase_diagram's Δ = 6 runs have it (0.023 at L = 0.25
+    rising to 0.32 and flat past L = 1.5): below GD's edge 2 everywhere, so the row says the step stays
+    below it, with its largest value, and places no edge by extrapolation; the same steps ×10 cross 2
+    between L = 0.75 and 1, where the edge is interpolated in log-log (recomputed here); without
+    mf_step the clause is absent."""
+    from icl.analyse.claims.ldl.departure import departure, step_edge
+    measured = {0.5: 0.083, 1.0: 0.23, 1.5: 0.307, 2.0: 0.318, 3.0: 0.316}
+    df = _phase_diagram_runs()
+    df["mf_step"] = df["L"].map(measured)
+    at, most = step_edge(df)
+    assert math.isnan(at) and most == pytest.approx(0.318)
+    d = departure(df)
+    assert "the step stays below GD's stability edge on the population loss in the swept range (η‖v‖⁴λ_max at " \
+           "most 0.318, against 2" in d.text()
+    at, most = step_edge(df.assign(mf_step=df["mf_step"] * 10))
+    f = (math.log(2.0) - math.log(0.83)) / (math.log(2.3) - math.log(0.83))
+    assert at == pytest.approx(math.exp(math.log(0.5) + f * math.log(2.0)), rel=1e-12) and 0.5 < at < 1.0
+    d = departure(df.assign(mf_step=df["mf_step"] * 10))
+    assert f"the step reaches GD's stability edge on the population loss (η‖v‖⁴λ_max = 2) at L ≈ " in d.text()
+    assert f"({at / d.lstar:.2f}× L*)" in d.text()
+    assert "stability edge" not in departure(df.drop(columns="mf_step")).text()
+
+
 def test_runs_that_slow_down_leave_their_flow_between_the_Ls():
     """L = 2 and 3 taking 1.5× as long (log 0.41, beyond the margin): the transition is read between
     L = 1.5 and 2, at their geometric mean; a diverged run counts as leaving its flow outright."""

@@ -50,6 +50,7 @@ class Departure(NamedTuple):
     lstar: float            # the setting's L* = 1/(Δδ)
     step: np.ndarray        # per L: the own-step balanced flow's log departure from the continuous one (the theory's)
     seeds: np.ndarray       # the columns of Q
+    edge: tuple = (math.nan, math.nan)   # step_edge: (the L where the step reaches GD's stability edge, the largest step)
 
     @property
     def mean(self) -> np.ndarray:
@@ -90,7 +91,19 @@ class Departure(NamedTuple):
         return (f"{self.lead()}; the runs' mean departure from the continuous flow (log time on the clock at half of uniform "
                 f"attention's loss and at 10⁻² of the start, paired by seed against L = {fmt(self.ref)}), in margins, per "
                 f"L {per}; a margin is what one training set moves a run there plus the crossing's half-epoch "
-                f"resolution ({marg}); the step alone moves the flow by at most {np.nanmax(np.abs(self.step)):.3f}")
+                f"resolution ({marg}); the step alone moves the flow by at most {np.nanmax(np.abs(self.step)):.3f}"
+                + self.edge_text())
+
+    def edge_text(self) -> str:
+        """The step's stability edge beside the transition, in a clause ('' without the step)."""
+        at, most = self.edge
+        if np.isfinite(at):
+            return (f"; beside it, the step reaches GD's stability edge on the population loss (η‖v‖⁴λ_max = {EDGE:g}) "
+                    f"at L ≈ {fmt(at)} ({at / self.lstar:.2f}× L*)")
+        if np.isfinite(most):
+            return (f"; beside it, the step stays below GD's stability edge on the population loss in the swept range "
+                    f"(η‖v‖⁴λ_max at most {most:.3g}, against {EDGE:g}; ldl_stability sweeps the step to its edge)")
+        return ""
 
 
 CROSSINGS = (TCOL, "t_rel_1e-2")     # early and late: a departure shows as a faster start or a slower tail
@@ -148,7 +161,33 @@ def departure(g: pd.DataFrame) -> Departure | None:
         step = np.log(f * clock / tau_c) if f is not None else np.full(len(g), np.nan)
     step_L = pd.Series(step).groupby(g["L"].astype(float).to_numpy()).median().reindex(Ls).to_numpy(float)
     lstar = float(g["L_star"].astype(float).median()) if "L_star" in g else math.nan
-    return Departure(Ls, Q, margins, float(min(refs)), lstar, step_L, seeds)
+    return Departure(Ls, Q, margins, float(min(refs)), lstar, step_L, seeds, step_edge(g))
+
+
+EDGE = 2.0     # η‖v‖⁴λ_max at which GD on the population loss turns unstable (icl.theory.ldl.mean_field_step)
+
+
+def step_edge(g: pd.DataFrame) -> tuple[float, float]:
+    """Where the runs' step meets GD's stability edge on the population loss: the theory table's
+    `mf_step` (η‖v‖⁴λ_max) per L, its median over seeds; (the L at which it reaches EDGE, interpolated
+    in log-log between the swept L that bracket it, NaN where it stays below; the largest step swept).
+    No extrapolation: at a fixed η the step saturates where the label gap does (Eq. 4), so a power law
+    through the swept L would place an edge the runs may never reach. (NaN, NaN) without mf_step."""
+    if "mf_step" not in g:
+        return math.nan, math.nan
+    m = g.groupby(g["L"].astype(float))["mf_step"].median().astype(float)
+    m = m[np.isfinite(m.to_numpy()) & (m.to_numpy() > 0)]
+    if m.empty:
+        return math.nan, math.nan
+    L, x = m.index.to_numpy(float), m.to_numpy(float)
+    over = np.flatnonzero(x >= EDGE)
+    if not len(over):
+        return math.nan, float(x.max())
+    i = int(over[0])
+    if i == 0:
+        return float(L[0]), float(x.max())
+    f = (math.log(EDGE) - math.log(x[i - 1])) / (math.log(x[i]) - math.log(x[i - 1]))
+    return float(math.exp(math.log(L[i - 1]) + f * (math.log(L[i]) - math.log(L[i - 1])))), float(x.max())
 
 
 def cube(g: pd.DataFrame, axis: str) -> tuple[np.ndarray, list, list, dict] | None:
