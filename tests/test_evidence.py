@@ -97,6 +97,9 @@ def test_a_row_read_off_a_curve_per_seed_draws_that_curve():
     assert curve.problems == []
     one = evidence.curve_figure(v.iloc[0].to_dict(), "t")           # labelled by K, drawn at log₂ K
     assert [t.get_text() for t in one.fig.axes[0].get_xticklabels()] == ["8", "16", "32"]
+    str(one)                                                         # drawn, and so closed: no figure left open
+    import matplotlib.pyplot as plt
+    assert not plt.get_fignums()
     assert figs[1]["rows"] == [] and evidence.links(figs) == {
         "block|ldl.faster_with_L.ext|flat": "evidence-ldl.faster_with_L.ext",
         "block|ldl.faster_with_L.ext|sharp": "evidence-ldl.faster_with_L.ext"}

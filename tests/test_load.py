@@ -73,7 +73,8 @@ def test_verdicts_empty_or_read(results):
     v = icl.load(str(results)).verdicts
     assert list(v.columns) == ["experiment", "claim_id", "model", "group", "claim", "prediction", "measurement",
                                "value", "ci_lo", "ci_hi", "verdict", "reason", "domain", "fragile", "scope", "flow_value",
-                               "flow_lo", "flow_hi", "against", "hypotheses", "setting", "setting_hypotheses", "seed_values"] and v.empty
+                               "flow_lo", "flow_hi", "against", "hypotheses", "setting", "setting_hypotheses", "seed_values",
+                               "curve"] and v.empty
     row = claims.table("exp", [claims.verdict("ldl.phases", "holds", model="sq", prediction="p", measurement="m", ci_lo=2.0, ci_hi=2.0)])
     write_parquet(row, str(results / "verdicts.parquet"))
     assert icl.load(str(results)).verdicts["verdict"].tolist() == ["holds"]

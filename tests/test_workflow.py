@@ -285,7 +285,8 @@ def test_notebook_entry_point(finished, tmp_path):
     v = exp.verdicts                           # written by the report job: one row per claim x model
     assert list(v.columns) == ["experiment", "claim_id", "model", "group", "claim", "prediction", "measurement",
                                "value", "ci_lo", "ci_hi", "verdict", "reason", "domain", "fragile", "scope", "flow_value",
-                               "flow_lo", "flow_hi", "against", "hypotheses", "setting", "setting_hypotheses", "seed_values"]
+                               "flow_lo", "flow_hi", "against", "hypotheses", "setting", "setting_hypotheses", "seed_values",
+                               "curve"]
     assert set(v["model"]) == {"sq", "blk"} and set(v["verdict"]) <= {"holds", "does not hold", "inconclusive",
                                                                        "not testable"}
     assert {"attn", "model", "L"} <= set(exp.table("attention").columns)
