@@ -207,7 +207,7 @@ def attention_scores_figure(attn, runs, L, K, tag: str = "") -> Figure:
     df = attn[attn["run_id"].isin(mine["run_id"]) & (attn["query_feature"] == 0)]
     keys = distinct_settings(mine, "L")
     settings = list(mine.groupby(keys, dropna=False)) if keys else []
-    lines = min(K, SCORES_EACH if K <= SCORES_EACH else 3)
+    lines = K if K <= SCORES_EACH else 3                # _scores' lines: one per feature, or own, mean, largest
     panels = [(setting_label(keys, key), g) for key, g in settings] if lines * len(settings) > CROWDED else [("", mine)]
     ncol = min(3, len(panels))
     nrow = -(-len(panels) // ncol)

@@ -35,6 +35,7 @@ from icl.analyse.fits import probs_of
 from icl.analyse.claims.ldl.setting import Setting
 from icl.analyse.collapse import sampled_flow_time
 from icl.stats import MIN_SEEDS, mean_interval
+from icl.theory.ldl import delta_conc
 
 CID = "ldl.time_vs_eps"
 GROUP = BOUND_GROUP
@@ -44,9 +45,10 @@ MIN_PROMPTS = 64         # the flow's prompts: the runs' own, at least this many
                          # K = 64's features unqueried, and its loss then takes ten times the epochs to fall)
 
 
-def needed_constant(T: float, eta: float, delta_conc: float, L: float, Delta: float, K: int, eps: float) -> float:
-    """C = T·ηδ²L²Δ²/(K·log(K/ε)): the constant Theorem 1's bound needs to cover a time T."""
-    return T * eta * delta_conc ** 2 * L ** 2 * Delta ** 2 / (K * math.log(K / eps))
+def needed_constant(T: float, eta: float, delta: float, L: float, Delta: float, K: int, eps: float) -> float:
+    """C = T·ηδ²L²Δ²/(K·log(K/ε)): the constant Theorem 1's bound needs to cover a time T (δ the counts'
+    concentration width, Δ the features' distance)."""
+    return T * eta * delta ** 2 * L ** 2 * Delta ** 2 / (K * math.log(K / eps))
 
 
 def bound_along_K(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
@@ -72,7 +74,7 @@ def bound_along_K(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     meas = (f"the sampled-count flow (feature counts drawn at N = 80K³, {max(int(df['M'].iloc[0]), MIN_PROMPTS)} prompts, the "
             f"fastest run's step on the clock; {SEEDS} draws): " + "; ".join(at)
             + (f"; slope per draw {', '.join(f'{x:+.3f}' for x in slopes)}" if len(slopes) else "")
-            + ("; the runs inside the hypotheses are judged in the row beside" if any(_inside(r) for _, r in df.iterrows())
+            + ("; the runs inside the hypotheses are judged in the row beside" if (inside := _inside(df)).any()
                else f"; the runs (N = {int(df['N'].min())} to {int(df['N'].max())}) lie outside δ < min p_k and are not charged"))
     if (few := too_few_seeds(len(slopes))):
         r = s.row(CID, NOT_TESTABLE, group=GROUP, prediction=f"{pred} in {band.text(choices.band)}", measurement=meas, domain="",
@@ -94,18 +96,17 @@ def bound_along_K(s: Setting, choices: Choices = DEFAULT) -> list[dict]:
     if v == FAILS:
         r["against"] = THEOREM
         r["reason"] += "; the theory's own dynamics inside every hypothesis need a constant that grows with K"
-    return [r, *_on_runs(s, Ks, pred, band, choices)]
+    return [r, *_on_runs(s, df[inside], Ks, pred, band, choices)]
 
 
-def _on_runs(s: Setting, Ks: list[int], pred: str, band: Band, choices: Choices) -> list[dict]:
+def _on_runs(s: Setting, inside: pd.DataFrame, Ks: list[int], pred: str, band: Band, choices: Choices) -> list[dict]:
     """The same bound on the runs themselves where they are inside its hypotheses (δ ≤ DELTA_SHARE·min
     p_k, which count-drawn prompts reach at N = 80K³): per run the constant its own time to ε = 1/K
     needs (`t_one_over_K`, read every epoch, resolved at ≥ RESOLUTION steps), per seed the mean of
     log C over its runs at each K (L moves only the step on one clock) and the slope of that on log K;
     the mean slope over seeds judged as the flow's. The same at ε = 2/K (`t_two_over_K`: K ≥ 1/ε at its
-    constant ×2) is given beside it. No row where fewer than three K have runs inside."""
-    df = s.runs
-    inside = df[[_inside(g) for _, g in df.iterrows()]]
+    constant ×2) is given beside it. No row where fewer than three K have runs inside (`inside`: the
+    setting's runs that are)."""
     if inside["K"].nunique() < 3 or "t_one_over_K" not in inside:
         return []
     per, slopes, lost = _run_slopes(inside, Ks, "t_one_over_K", 1.0)
@@ -113,7 +114,7 @@ def _on_runs(s: Setting, Ks: list[int], pred: str, band: Band, choices: Choices)
             f"{int(inside['N'].max())}, δ ≤ {DELTA_SHARE:g}·min p_k; {len(inside)} runs, {inside['seed'].nunique()} seeds): "
             + "; ".join(f"K = {K}: C = {fmt(float(np.exp(per[K].median())))}" for K in Ks if per[K].notna().any())
             + (f"; left out: {lost}" if lost else "")
-            + (f"; slope per seed {', '.join(f'{x:+.3f}' for x in slopes)}" if len(slopes) else ""))
+            + (f"; at ε = 1/K the slope per seed {', '.join(f'{x:+.3f}' for x in slopes)}" if len(slopes) else ""))
     if "t_two_over_K" in inside:
         _, twice, _ = _run_slopes(inside, Ks, "t_two_over_K", 2.0)
         if len(twice) >= MIN_SEEDS:
@@ -134,8 +135,7 @@ def _on_runs(s: Setting, Ks: list[int], pred: str, band: Band, choices: Choices)
     m, lo, hi = mean_interval(slopes)
     v, why = judge(lo, hi, band, choices, "the slope of the needed constant")
     r = s.row(CID, v, group=join(GROUP, "runs"), prediction=run_pred, value=m, ci_lo=lo, ci_hi=hi, reason=why, domain="",
-              measurement=meas.replace("; slope per seed", "; at ε = 1/K the slope per seed", 1)
-              + f"; mean at ε = 1/K {m:+.3f} [{fmt(lo)}, {fmt(hi)}] (95% Student-t interval over {len(slopes)} seeds)",
+              measurement=meas + f"; mean at ε = 1/K {m:+.3f} [{fmt(lo)}, {fmt(hi)}] (95% Student-t interval over {len(slopes)} seeds)",
               eps=1.0 / max(Ks))
     r["hypotheses"] = hyp
     full = per.dropna()
@@ -156,8 +156,9 @@ def _run_slopes(inside: pd.DataFrame, Ks: list[int], tcol: str, k_eps: float) ->
     T = inside[tcol].astype(float).to_numpy()
     res = fits.resolved(inside, tcol).to_numpy()
     ok = inside[np.isfinite(T) & res]
-    logC = pd.Series([math.log(needed_constant(float(r[tcol]), float(r["lr"]), _dc(r), float(r["L"]), float(r["delta"]),
-                                               int(r["K"]), k_eps / int(r["K"]))) for _, r in ok.iterrows()],
+    logC = pd.Series([math.log(needed_constant(float(r[tcol]), float(r["lr"]), delta_conc(int(r["K"]), float(r["N"])),
+                                               float(r["L"]), float(r["delta"]), int(r["K"]), k_eps / int(r["K"])))
+                      for _, r in ok.iterrows()],
                      index=ok.index, dtype=float)
     per = logC.groupby([ok["seed"], ok["K"].astype(int)]).mean().unstack().reindex(columns=Ks)
     logK = np.log(np.asarray(Ks, float))
@@ -171,14 +172,15 @@ def _run_slopes(inside: pd.DataFrame, Ks: list[int], tcol: str, k_eps: float) ->
     return per, slopes, lost
 
 
-def _dc(r) -> float:
-    return math.sqrt(20 * int(r["K"]) / float(r["N"]))
-
-
-def _inside(r) -> bool:
-    """Whether a run meets δ = sqrt(20K/N) ≤ DELTA_SHARE·min p_k (with room for N's rounding up)."""
-    p = probs_of(pd.DataFrame([r]))
-    return _dc(r) <= DELTA_SHARE * float(p.min() / p.sum()) * (1 + 1e-9)
+def _inside(df: pd.DataFrame) -> pd.Series:
+    """Per run, whether it meets δ = sqrt(20K/N) ≤ DELTA_SHARE·min p_k (with room for N's rounding up),
+    p read once per K."""
+    out = pd.Series(False, index=df.index)
+    for _, g in df.groupby(df["K"].astype(int)):
+        p = probs_of(g)
+        dc = np.array([delta_conc(int(k), float(n)) for k, n in zip(g["K"], g["N"])])
+        out[g.index] = dc <= DELTA_SHARE * float(p.min() / p.sum()) * (1 + 1e-9)
+    return out
 
 
 def _constants(df: pd.DataFrame, Ks: list[int]) -> tuple[np.ndarray, list[str]]:
@@ -196,7 +198,7 @@ def _constants(df: pd.DataFrame, Ks: list[int]) -> tuple[np.ndarray, list[str]]:
         for i in range(SEEDS):
             T = sampled_flow_time(K, p, float(r["clock_per_epoch"]), N, max(int(r["M"]), MIN_PROMPTS), i, eps ** 2)
             if np.isfinite(T):
-                C[i, j] = needed_constant(T, float(r["lr"]), math.sqrt(20 * K / N), float(r["L"]), float(r["delta"]),
+                C[i, j] = needed_constant(T, float(r["lr"]), delta_conc(K, N), float(r["L"]), float(r["delta"]),
                                           K, eps)
         at.append(f"K = {K}: C = {fmt(float(np.nanmedian(C[:, j])))} (N = {N}, L = {float(r['L']):g})")
     return C, at
